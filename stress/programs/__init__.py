@@ -1,0 +1,1 @@
+"""Stage 1: programs (corpus + user files), targets, compiler argv, artifact cache."""

@@ -1,0 +1,97 @@
+"""iree-compile: locating it, its version and options, pure argv building, and running it."""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from stress.errors import UsageError
+from stress.programs.program import Program
+from stress.programs.targets import Target
+
+_COMPILE_TIMEOUT_S: float = 600.0  # 8M-element programs take seconds; a stuck compile is a bug
+_DIAGNOSTIC_LINES: int = 12  # first lines of compiler output shown for a failed program
+
+
+@dataclass(frozen=True)
+class CompilerInfo:
+    path: str
+    version: str  # "3.13.0rc20261016 @ 89ece87..."
+    option_names: frozenset[str]
+
+
+class CompileError(Exception):
+    """One program failed to compile; carries everything needed to rerun it by hand."""
+
+    def __init__(self, program: str, argv: list[str], returncode: int, stdout: str, stderr: str):
+        self.program, self.argv, self.returncode = program, argv, returncode
+        self.stdout, self.stderr = stdout, stderr
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        lines = (self.stderr or self.stdout).strip().splitlines()[:_DIAGNOSTIC_LINES]
+        body = "\n    ".join(lines)
+        return (f"{self.program}: iree-compile exited {self.returncode}\n"
+                f"    {body}\n  argv: {' '.join(self.argv)}")
+
+
+def find_compiler(explicit: str | None = None) -> str:
+    """The iree-compile next to this interpreter, else on PATH."""
+    if explicit:
+        if not Path(explicit).exists():
+            raise UsageError(f"compiler not found: {explicit}")
+        return explicit
+    beside = Path(sys.executable).parent / "iree-compile"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("iree-compile")
+    if not found:
+        raise UsageError("iree-compile not found: pip install iree-base-compiler, "
+                         "or pass --compiler PATH")
+    return found
+
+
+@functools.cache
+def info(path: str) -> CompilerInfo:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    match = re.search(r"IREE compiler version (\S+ @ \S+)", out.stdout + out.stderr)
+    version = match.group(1) if match else (out.stdout + out.stderr).strip().splitlines()[0]
+    helptext = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60)
+    names = frozenset(re.findall(r"(--iree-[a-z0-9-]+)", helptext.stdout))
+    return CompilerInfo(path, version, names)
+
+
+def build_compile_argv(compiler: str, program: Program, target: Target,
+                       option_names: frozenset[str], source: Path, output: Path,
+                       extra_flags: tuple[str, ...] = ()) -> list[str]:
+    """The full iree-compile command line for one program and target. Pure: no I/O."""
+    argv = [compiler, str(source), *target.compile_flags(option_names)]
+    if program.input_type != "none":
+        argv.append(f"--iree-input-type={program.input_type}")
+    argv.extend(extra_flags)
+    argv.extend(["-o", str(output)])
+    return argv
+
+
+def cache_argv(argv: list[str]) -> list[str]:
+    """argv without the compiler path, source and output paths: the part that shapes the output."""
+    out = argv[2:]
+    if "-o" in out:
+        i = out.index("-o")
+        out = out[:i] + out[i + 2:]
+    return out
+
+
+def run_compile(program: Program, argv: list[str]) -> None:
+    """Runs one compile; raises CompileError carrying argv, stdout and stderr."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise CompileError(program.name, argv, -1, "", f"timed out after {exc.timeout} s") from None
+    if proc.returncode != 0:
+        raise CompileError(program.name, argv, proc.returncode, proc.stdout, proc.stderr)
