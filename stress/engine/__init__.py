@@ -1,0 +1,1 @@
+"""Stage 3: the soak engine (parent session, worker processes, patterns, journal, watchdog)."""

@@ -1,0 +1,124 @@
+"""Fault injection (`--inject KIND@STEP[:PROB]`): real faults raised inside a worker at a step,
+right after the journal recorded that step's begin, to prove the harness catches each kind.
+
+`segv` is a genuine native fault (libc memset on an unmapped address), not a Python exception.
+The same specs travel in the worker environment variable IREE_STRESS_INJECT, so a runtime stack
+under test can carry a fault too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+import random
+import signal
+from dataclasses import dataclass
+
+from stress.engine.journal import Phase, SlotWriter, Step
+from stress.errors import UsageError
+
+ENV_VAR = "IREE_STRESS_INJECT"
+
+
+class Kind(str, enum.Enum):
+    SEGV = "segv"
+    ABORT = "abort"
+    KILL = "kill"
+    HANG = "hang"
+    EXIT = "exit"
+    RAISE = "raise"
+    CORRUPT = "corrupt"
+
+    def describe(self) -> str:
+        return {
+            Kind.SEGV: "SIGSEGV in native code (libc memset on an unmapped address)",
+            Kind.ABORT: "abort() -> SIGABRT",
+            Kind.KILL: "SIGKILL to the worker itself",
+            Kind.HANG: "block forever in a native call (libc pause)",
+            Kind.EXIT: "_exit(7) without cleanup",
+            Kind.RAISE: "raise an exception from the step (an IREE-like error)",
+            Kind.CORRUPT: "perturb the output that is read back next (a wrong result)",
+        }[self]
+
+
+class InjectedError(RuntimeError):
+    """The `raise` fault: looks to the worker like an IREE status error."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    kind: Kind
+    step: Step
+    prob: float
+
+    def text(self) -> str:
+        return f"{self.kind.value}@{self.step.label}:{self.prob:g}"
+
+
+def parse(text: str) -> Spec:
+    """`segv@invoke:0.01`, `hang@release` (probability 1)."""
+    try:
+        kind_text, rest = text.split("@", 1)
+        step_text, _, prob_text = rest.partition(":")
+        kind = Kind(kind_text.strip().lower())
+        step = Step.parse(step_text)
+        prob = float(prob_text) if prob_text else 1.0
+    except (ValueError, KeyError):
+        kinds = ", ".join(k.value for k in Kind)
+        steps = ", ".join(s.label for s in Step if s is not Step.INJECT)
+        raise UsageError(f"bad --inject {text!r}: want KIND@STEP[:PROB], KIND in {kinds}; "
+                         f"STEP in {steps}") from None
+    if not 0.0 <= prob <= 1.0:
+        raise UsageError(f"bad --inject {text!r}: probability must be within 0..1")
+    return Spec(kind, step, prob)
+
+
+def parse_env(value: str | None) -> list[Spec]:
+    return [parse(part) for part in (value or "").split(",") if part.strip()]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Injector:
+    """Installed as the journal's begin hook in a worker."""
+
+    def __init__(self, specs: list[Spec], seed: int):
+        self.by_step: dict[int, list[Spec]] = {}
+        for s in specs:
+            self.by_step.setdefault(int(s.step), []).append(s)
+        self._rng = random.Random(seed)
+        self.corrupt_pending: set[int] = set()  # slots whose next readback gets perturbed
+
+    def __call__(self, writer: SlotWriter, step: Step) -> None:
+        specs = self.by_step.get(int(step))
+        if not specs:
+            return
+        for spec in specs:
+            if self._rng.random() < spec.prob:
+                # The marker makes the failing thread unambiguous even for kill/exit, which
+                # leave no faulthandler trace behind.
+                writer.record(Step.INJECT, Phase.MARK, detail=int(step), aux=_KIND_CODES[spec.kind])
+                fire(spec.kind, writer.slot, self)
+
+
+_KIND_CODES = {k: i + 1 for i, k in enumerate(Kind)}
+
+
+def fire(kind: Kind, slot: int, injector: Injector | None = None) -> None:
+    if kind is Kind.SEGV:
+        ctypes.memset(8, 0, 64)  # writes to page zero: SIGSEGV inside libc
+    elif kind is Kind.ABORT:
+        os.abort()
+    elif kind is Kind.KILL:
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif kind is Kind.HANG:
+        while True:
+            _libc.pause()  # native, releases the GIL; py-spy/gdb show it as the stuck frame
+    elif kind is Kind.EXIT:
+        os._exit(7)
+    elif kind is Kind.RAISE:
+        raise InjectedError("injected fault (raise)")
+    elif kind is Kind.CORRUPT and injector is not None:
+        injector.corrupt_pending.add(slot)

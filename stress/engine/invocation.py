@@ -1,0 +1,286 @@
+"""One device, one loaded program, one invocation: the iree.runtime calls every pattern makes.
+
+Only numpy and iree.runtime are used here, with our journal around each HAL-level step. Devices
+come from `create_hal_driver(...).create_device_by_uri(...)`, never from the URI-keyed cache of
+`iree.runtime.get_device`, and a release drops every reference in a fixed order (outputs,
+function, context, HAL module, device) so that the native device is destroyed right there: the
+high-level `SystemContext` path keeps a reference cycle alive until `gc.collect()`, and letting
+interpreter exit tear down in dict order crashes local-task (seen with 3.13).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from stress.engine.journal import SlotWriter, Step
+from stress.programs import dtypes
+from stress.programs.program import Program, Role
+
+HostArray = npt.NDArray[Any]
+
+# Latency histogram buckets: log2 microseconds, 1 us .. ~1 s and above.
+LATENCY_BUCKETS: int = 22
+
+
+def _binding() -> Any:
+    from iree.runtime import _binding  # deferred: the parent never needs the runtime
+
+    return _binding
+
+
+class InvocationError(Exception):
+    """An IREE status error (or an injected `raise`) at a step."""
+
+    def __init__(self, step: Step, message: str):
+        self.step = step
+        super().__init__(message)
+
+
+@dataclass
+class FailureNote:
+    """An in-worker failure (error or miscompare); crashes and hangs are seen by the parent."""
+
+    cls: str  # "error" | "miscompare"
+    step: str
+    message: str
+    invocation: int
+    device: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"class": self.cls, "step": self.step, "message": self.message[:2000],
+                "invocation": self.invocation, "device": self.device}
+
+
+@dataclass
+class JobResult:
+    invocations: int = 0
+    ok: int = 0
+    miscompare: int = 0
+    errors: int = 0
+    nondeterministic: int = 0  # bits changed but still within the reference tolerance
+    devices_created: int = 0
+    devices_released: int = 0
+    latency_hist: list[int] = field(default_factory=lambda: [0] * LATENCY_BUCKETS)
+    latency_sum_us: float = 0.0
+    latency_max_us: float = 0.0
+    failures: list[FailureNote] = field(default_factory=list)
+
+    def add_latency(self, seconds: float) -> None:
+        us = seconds * 1e6
+        self.latency_sum_us += us
+        if us > self.latency_max_us:
+            self.latency_max_us = us
+        bucket = min(LATENCY_BUCKETS - 1, max(0, int(us).bit_length() - 1))
+        self.latency_hist[bucket] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"invocations": self.invocations, "ok": self.ok, "miscompare": self.miscompare,
+                "errors": self.errors, "nondeterministic": self.nondeterministic,
+                "devices_created": self.devices_created,
+                "devices_released": self.devices_released,
+                "latency_hist": self.latency_hist, "latency_sum_us": self.latency_sum_us,
+                "latency_max_us": self.latency_max_us,
+                "failures": [f.as_dict() for f in self.failures[:_MAX_NOTES]]}
+
+
+_MAX_NOTES = 5  # failure notes sent per job; the counts carry the rest
+
+
+class Device:
+    """A HAL device owned by exactly one pattern step; `release()` destroys it natively."""
+
+    _ids = iter(range(1, 1 << 31))
+    _ids_lock = threading.Lock()
+
+    def __init__(self, driver: Any, uri: str, writer: SlotWriter):
+        with Device._ids_lock:
+            self.id = next(Device._ids)
+        writer.begin(Step.DEVICE_CREATE, self.id)
+        try:
+            self.hal_device: Any = driver.create_device_by_uri(uri)
+        except Exception as exc:
+            writer.fail(Step.DEVICE_CREATE, self.id)
+            raise InvocationError(Step.DEVICE_CREATE, str(exc)) from exc
+        writer.end(Step.DEVICE_CREATE, self.id)
+        self.loaded: dict[str, LoadedProgram] = {}
+
+    def load(self, instance: Any, vm_module: Any, program: Program,
+             writer: SlotWriter) -> LoadedProgram:
+        writer.begin(Step.MODULE_LOAD, self.id)
+        try:
+            lp = LoadedProgram(instance, self.hal_device, vm_module, program)
+        except Exception as exc:
+            writer.fail(Step.MODULE_LOAD, self.id)
+            raise InvocationError(Step.MODULE_LOAD, str(exc)) from exc
+        writer.end(Step.MODULE_LOAD, self.id)
+        return lp
+
+    def release(self, writer: SlotWriter) -> None:
+        """Drops every reference this handle holds; the device dies here unless another thread
+        still holds it (the churn pattern does that on purpose)."""
+        if self.hal_device is None:
+            return
+        refs = sys.getrefcount(self.hal_device) - 1
+        writer.begin(Step.DEVICE_RELEASE, self.id, aux=refs)
+        for lp in self.loaded.values():
+            lp.close()
+        self.loaded.clear()
+        self.hal_device = None
+        writer.end(Step.DEVICE_RELEASE, self.id)
+
+
+class LoadedProgram:
+    """HAL module + VM context + entry function of one program on one device."""
+
+    def __init__(self, instance: Any, hal_device: Any, vm_module: Any, program: Program):
+        b = _binding()
+        self.program = program
+        self._b = b
+        self.hal_device = hal_device
+        self.hal_module = b.create_hal_module(instance, hal_device)
+        self.context = b.VmContext(instance, [self.hal_module, vm_module])
+        self.function = vm_module.lookup_function(program.entry)
+        if self.function is None:
+            raise InvocationError(Step.MODULE_LOAD, f"no function @{program.entry} in module")
+        self._elt = [getattr(b.HalElementType, dtypes.get(a.dtype).hal) for a in program.args]
+        self._out_dtypes = [np.dtype(dtypes.get(a.dtype).storage) for a in program.results]
+        self._out_args = [i for i, a in enumerate(program.args) if a.role is Role.OUTPUT]
+        self._mem = b.MemoryType.DEVICE_LOCAL
+        self._usage = b.BufferUsage.DEFAULT
+
+    def close(self) -> None:
+        self.function = None
+        self.context = None
+        self.hal_module = None
+        self.hal_device = None
+
+    def call(self, inputs: list[HostArray], writer: SlotWriter, device_id: int) -> list[HostArray]:
+        """upload -> invoke -> read back; every step journaled, IREE errors re-raised with it."""
+        b = self._b
+        step = Step.UPLOAD
+        writer.begin(step, device_id)
+        try:
+            alloc = self.hal_device.allocator
+            args = b.VmVariantList(len(inputs))
+            views = []
+            for arr, elt in zip(inputs, self._elt, strict=True):
+                bv = alloc.allocate_buffer_copy(memory_type=self._mem, allowed_usage=self._usage,
+                                                device=self.hal_device, buffer=arr,
+                                                element_type=elt)
+                views.append(bv)
+                args.push_ref(bv)
+            rets = b.VmVariantList(len(self._out_dtypes))
+            writer.end(step, device_id)
+            step = Step.INVOKE
+            writer.begin(step, device_id)
+            self.context.invoke(self.function, args, rets)
+            writer.end(step, device_id)
+            step = Step.READBACK
+            writer.begin(step, device_id)
+            outs: list[HostArray] = []
+            for i, dt in enumerate(self._out_dtypes):
+                outs.append(_read(rets.get_as_object(i, b.HalBufferView), dt))
+            for i in self._out_args:
+                outs.append(_read(views[i], np.dtype(inputs[i].dtype)))
+            writer.end(step, device_id)
+            return outs
+        except InvocationError:
+            writer.fail(step, device_id)
+            raise
+        except Exception as exc:
+            writer.fail(step, device_id)
+            raise InvocationError(step, f"{type(exc).__name__}: {exc}") from exc
+
+
+def _read(view: Any, dtype: np.dtype[Any]) -> HostArray:
+    mapping = view.map()
+    try:
+        return np.array(mapping.asarray(tuple(view.shape), dtype), copy=True)
+    finally:
+        del mapping  # unmap before the buffer (and maybe its device) can go away
+
+
+class Expectation:
+    """What an invocation must produce: the numpy reference, else the first result seen
+    (determinism across invocations and devices for user programs without a reference)."""
+
+    def __init__(self, program: Program, seed: int, inputs: list[HostArray]):
+        from stress.programs import reference
+
+        self.program = program
+        self.dtypes = [a.dtype for a in program.results] or \
+            [a.dtype for a in program.args if a.role is Role.OUTPUT]
+        self.expected: list[HostArray] | None = None
+        if program.has_reference:
+            ins = [x for x, a in zip(inputs, program.args, strict=True) if a.role is Role.INPUT]
+            self.expected = [reference.evaluate(program.op, program.dtype, ins)]
+        self.golden: list[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def check(self, outs: list[HostArray]) -> tuple[bool, bool, str]:
+        """(ok, bit_identical_to_golden, message). Fast path: a byte compare with the golden."""
+        from stress.programs import reference
+
+        golden = self.golden
+        if golden is not None and len(golden) == len(outs) and \
+                all(o.tobytes() == g for o, g in zip(outs, golden, strict=True)):
+            return True, True, ""
+        if self.expected is not None:
+            for i, (o, e) in enumerate(zip(outs, self.expected, strict=False)):
+                if not reference.matches(self.dtypes[i], o, e):
+                    err = reference.max_error(self.dtypes[i], o, e)
+                    return False, False, f"output {i} differs from the numpy reference " \
+                                         f"(max abs error {err:.3g})"
+        elif golden is not None:
+            for i, (o, g) in enumerate(zip(outs, golden, strict=False)):
+                ref = np.frombuffer(g, dtype=o.dtype).reshape(o.shape)
+                if not reference.matches(self.dtypes[i], o, ref):
+                    return False, False, f"output {i} differs from the first result of this job"
+        with self._lock:
+            if self.golden is None:
+                self.golden = [o.tobytes() for o in outs]
+                return True, True, ""
+        return True, False, ""
+
+
+def _corrupt(out: HostArray) -> None:
+    """Perturbs one element far beyond any tolerance (the `corrupt` fault)."""
+    flat = out.reshape(-1)
+    if out.dtype.kind == "f":
+        flat[-1] = flat[-1] + 100
+    else:  # integers, and bf16 bit patterns (0x4000 flips the top exponent bit)
+        flat[-1] = flat[-1] ^ (0x4000 if out.dtype == np.uint16 else 0x55)
+
+
+def timed_call(lp: LoadedProgram, inputs: list[HostArray], writer: SlotWriter, device_id: int,
+               expect: Expectation, result: JobResult, index: int,
+               corrupt: bool = False) -> None:
+    """One checked invocation, counted into `result`; errors and miscompares become notes."""
+    result.invocations += 1
+    t0 = time.perf_counter()
+    try:
+        outs = lp.call(inputs, writer, device_id)
+    except InvocationError as exc:
+        result.errors += 1
+        result.failures.append(FailureNote("error", exc.step.label, str(exc), index, device_id))
+        return
+    result.add_latency(time.perf_counter() - t0)
+    if corrupt and outs and outs[0].size:
+        _corrupt(outs[0])
+    writer.begin(Step.CHECK, device_id)
+    ok, identical, message = expect.check(outs)
+    writer.end(Step.CHECK, device_id)
+    if ok:
+        result.ok += 1
+        result.nondeterministic += not identical
+    else:
+        result.miscompare += 1
+        result.failures.append(FailureNote("miscompare", Step.CHECK.label, message, index,
+                                           device_id))

@@ -1,0 +1,367 @@
+"""Device lifecycle patterns: how jobs create, share and release HAL devices.
+
+Each pattern is one class behind the `Pattern` protocol; all run inside a worker process and
+journal every HAL step through the thread's slot. "Release" always means the native device is
+destroyed at that point (see invocation.Device.release), except where a pattern keeps another
+reference alive on purpose (churn releases devices while another thread still invokes on them).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from stress.engine.invocation import (
+    Device,
+    Expectation,
+    HostArray,
+    InvocationError,
+    JobResult,
+    LoadedProgram,
+    _binding,
+    timed_call,
+)
+from stress.engine.journal import JournalWriter, SlotWriter, Step
+from stress.engine.jobs import Job
+from stress.programs.program import Program
+
+_HELPER_JOIN_S: float = 600.0  # helpers are joined with a bound; the parent watchdog judges hangs
+
+
+@dataclass
+class ThreadState:
+    writer: SlotWriter
+    device: Device | None = None  # per-thread pattern
+    shared_loaded: dict[str, LoadedProgram] = field(default_factory=dict)
+
+    def close(self, w: WorkerContext) -> None:
+        for lp in self.shared_loaded.values():
+            lp.close()
+        self.shared_loaded.clear()
+        if self.device is not None:
+            self.device.release(self.writer)
+            self.device = None
+
+
+class WorkerContext:
+    """What every thread of one worker process shares."""
+
+    def __init__(self, driver_name: str, uri: str, journal: JournalWriter,
+                 programs: dict[str, Program], vmfbs: dict[str, bytes],
+                 corrupt_pending: set[int] | None = None):
+        b = _binding()
+        self.b = b
+        self.driver_name, self.uri = driver_name, uri
+        self.journal = journal
+        self.programs, self.vmfbs = programs, vmfbs
+        self.corrupt_pending = corrupt_pending if corrupt_pending is not None else set()
+        self._lock = threading.Lock()
+        self._modules: dict[tuple[int, str], Any] = {}
+        self._shared: Device | None = None
+        self.instance: Any = None
+        self.driver: Any = None
+
+    def start(self, writer: SlotWriter) -> None:
+        writer.begin(Step.INSTANCE_CREATE)
+        self.instance = self.b.VmInstance()
+        writer.end(Step.INSTANCE_CREATE)
+        self.driver = create_driver(self.b, self.driver_name, writer)
+
+    def vm_module(self, instance: Any, name: str) -> Any:
+        key = (id(instance), name)
+        with self._lock:
+            mod = self._modules.get(key)
+            if mod is None:
+                mod = self.b.VmModule.copy_buffer(instance, self.vmfbs[name])
+                if instance is self.instance:  # only the long-lived instance is cached
+                    self._modules[key] = mod
+            return mod
+
+    def shared_device(self, writer: SlotWriter) -> Device:
+        with self._lock:
+            if self._shared is None:
+                self._shared = Device(self.driver, self.uri, writer)
+            return self._shared
+
+    def call(self, lp: LoadedProgram, inputs: list[HostArray], writer: SlotWriter, dev: Device,
+             expect: Expectation, result: JobResult, index: int) -> None:
+        corrupt = writer.slot in self.corrupt_pending
+        if corrupt:
+            self.corrupt_pending.discard(writer.slot)
+        timed_call(lp, inputs, writer, dev.id, expect, result, index, corrupt)
+
+    def run_helper(self, job: Job, fn: Callable[[SlotWriter], None],
+                   errors: list[BaseException]) -> threading.Thread:
+        """Starts `fn` on a new thread with its own journal slot."""
+
+        def body() -> None:
+            writer = self.journal.acquire()
+            writer.job = job.index
+            try:
+                fn(writer)
+            except BaseException as exc:  # reported by the job thread
+                errors.append(exc)
+            finally:
+                self.journal.release(writer)
+
+        th = threading.Thread(target=body, name=f"helper-{job.index}", daemon=True)
+        th.start()
+        return th
+
+    def close(self, writer: SlotWriter) -> None:
+        """Worker teardown, in dependency order: shared device, modules, driver, instance."""
+        if self._shared is not None:
+            self._shared.release(writer)
+            self._shared = None
+        self._modules.clear()
+        release_driver(self, writer)
+
+
+def create_driver(b: Any, name: str, writer: SlotWriter) -> Any:
+    writer.begin(Step.DRIVER_CREATE)
+    try:
+        driver = b.create_hal_driver(name)  # uncached, unlike iree.runtime.get_driver
+    except Exception as exc:
+        writer.fail(Step.DRIVER_CREATE)
+        raise InvocationError(Step.DRIVER_CREATE, str(exc)) from exc
+    writer.end(Step.DRIVER_CREATE)
+    return driver
+
+
+def release_driver(holder: Any, writer: SlotWriter) -> None:
+    writer.begin(Step.DRIVER_RELEASE)
+    holder.driver = None
+    writer.end(Step.DRIVER_RELEASE)
+
+
+@dataclass
+class Work:
+    """One job, ready to run: program, inputs and the expectation to check against."""
+
+    job: Job
+    program: Program
+    inputs: list[HostArray]
+    expect: Expectation
+    result: JobResult
+
+
+class Pattern(Protocol):
+    name: ClassVar[str]
+    summary: ClassVar[str]
+
+    def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None: ...
+
+
+class Shared:
+    name = "shared"
+    summary = "one device per process, used by all threads (each thread has its own context)"
+
+    def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
+        dev = w.shared_device(t.writer)
+        lp = t.shared_loaded.get(work.program.name)
+        if lp is None:
+            lp = dev.load(w.instance, w.vm_module(w.instance, work.program.name), work.program,
+                          t.writer)
+            t.shared_loaded[work.program.name] = lp
+        for i in range(work.job.invocations):
+            w.call(lp, work.inputs, t.writer, dev, work.expect, work.result, i)
+
+
+class PerThread:
+    name = "per-thread"
+    summary = "each thread owns a device for its whole lifetime"
+
+    def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
+        if t.device is None:
+            t.device = Device(w.driver, w.uri, t.writer)
+            work.result.devices_created += 1
+        dev = t.device
+        lp = dev.loaded.get(work.program.name)
+        if lp is None:
+            lp = dev.load(w.instance, w.vm_module(w.instance, work.program.name), work.program,
+                          t.writer)
+            dev.loaded[work.program.name] = lp
+        for i in range(work.job.invocations):
+            w.call(lp, work.inputs, t.writer, dev, work.expect, work.result, i)
+
+
+class PerCall:
+    name = "per-call"
+    summary = "device create -> module load -> invoke -> read back -> release, every call"
+
+    def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
+        mod = w.vm_module(w.instance, work.program.name)
+        for i in range(work.job.invocations):
+            dev = Device(w.driver, w.uri, t.writer)
+            work.result.devices_created += 1
+            try:
+                lp = dev.load(w.instance, mod, work.program, t.writer)
+                dev.loaded[work.program.name] = lp
+                del lp
+                w.call(dev.loaded[work.program.name], work.inputs, t.writer, dev, work.expect,
+                       work.result, i)
+            finally:
+                dev.release(t.writer)
+                work.result.devices_released += 1
+
+
+class Churn:
+    name = "churn"
+    summary = ("devices created and released in bursts; some released while another thread "
+               "still has an invocation in flight on them")
+
+    def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
+        burst = 2 + work.job.seed % 3
+        mod = w.vm_module(w.instance, work.program.name)
+        devices: list[Device] = []
+        errors: list[BaseException] = []
+        try:
+            for i in range(work.job.invocations):
+                while len(devices) < burst:
+                    dev = Device(w.driver, w.uri, t.writer)
+                    work.result.devices_created += 1
+                    dev.loaded["p"] = dev.load(w.instance, mod, work.program, t.writer)
+                    devices.append(dev)
+                dev = devices[i % burst]
+                w.call(dev.loaded["p"], work.inputs, t.writer, dev, work.expect, work.result, i)
+                if i % burst == burst - 1:
+                    victim = devices.pop((work.job.seed + i) % len(devices))
+                    self._release_in_flight(w, t, work, victim, mod, errors)
+        finally:
+            for dev in devices:
+                dev.release(t.writer)
+                work.result.devices_released += 1
+        _raise_first(errors)
+
+    @staticmethod
+    def _release_in_flight(w: WorkerContext, t: ThreadState, work: Work, victim: Device,
+                           mod: Any, errors: list[BaseException]) -> None:
+        """Another thread invokes on `victim` while this one releases it: the helper's own
+        references keep the native device alive until its invocation ends."""
+        helper_lp = victim.load(w.instance, mod, work.program, t.writer)
+        started = threading.Event()
+        helper_result = JobResult()
+
+        def helper(writer: SlotWriter) -> None:
+            started.set()
+            w.call(helper_lp, work.inputs, writer, victim, work.expect, helper_result, -1)
+            helper_lp.close()
+
+        th = w.run_helper(work.job, helper, errors)
+        started.wait(_HELPER_JOIN_S)
+        victim.release(t.writer)
+        work.result.devices_released += 1
+        th.join(_HELPER_JOIN_S)
+        _merge(work.result, helper_result)
+
+
+class InstanceChurn:
+    name = "instance-churn"
+    summary = "VM instance and HAL driver recreated too (with a gc pass), in chunks of a job"
+
+    CHUNKS: ClassVar[int] = 3
+
+    def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
+        n = work.job.invocations
+        done = 0
+        for chunk in range(self.CHUNKS):
+            count = n // self.CHUNKS + (chunk < n % self.CHUNKS)
+            t.writer.begin(Step.INSTANCE_CREATE)
+            holder = _Holder(w.b.VmInstance())
+            t.writer.end(Step.INSTANCE_CREATE)
+            holder.driver = create_driver(w.b, w.driver_name, t.writer)
+            dev = Device(holder.driver, w.uri, t.writer)
+            work.result.devices_created += 1
+            try:
+                mod = w.vm_module(holder.instance, work.program.name)
+                dev.loaded["p"] = dev.load(holder.instance, mod, work.program, t.writer)
+                del mod
+                for i in range(count):
+                    w.call(dev.loaded["p"], work.inputs, t.writer, dev, work.expect,
+                           work.result, done + i)
+                done += count
+            finally:
+                dev.release(t.writer)
+                work.result.devices_released += 1
+                release_driver(holder, t.writer)
+                holder.instance = None
+                t.writer.begin(Step.GC)
+                gc.collect()
+                t.writer.end(Step.GC)
+
+
+class _Holder:
+    def __init__(self, instance: Any):
+        self.instance: Any = instance
+        self.driver: Any = None
+
+
+class CrossThread:
+    name = "cross-thread"
+    summary = "device created in one thread, used in a second, released in a third"
+
+    def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
+        dev = Device(w.driver, w.uri, t.writer)
+        work.result.devices_created += 1
+        errors: list[BaseException] = []
+        mod = w.vm_module(w.instance, work.program.name)
+
+        def use(writer: SlotWriter) -> None:
+            lp = dev.load(w.instance, mod, work.program, writer)
+            dev.loaded["p"] = lp
+            for i in range(work.job.invocations):
+                w.call(lp, work.inputs, writer, dev, work.expect, work.result, i)
+
+        def release(writer: SlotWriter) -> None:
+            dev.release(writer)
+
+        try:
+            w.run_helper(work.job, use, errors).join(_HELPER_JOIN_S)
+        finally:
+            w.run_helper(work.job, release, errors).join(_HELPER_JOIN_S)
+            work.result.devices_released += 1
+        _raise_first(errors)
+
+
+class ProcessPerJob:
+    name = "process-per-job"
+    summary = "a fresh worker process per job (the ctest shape): create, run, release, exit"
+
+    def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
+        dev = Device(w.driver, w.uri, t.writer)
+        work.result.devices_created += 1
+        try:
+            lp = dev.load(w.instance, w.vm_module(w.instance, work.program.name), work.program,
+                          t.writer)
+            dev.loaded["p"] = lp
+            for i in range(work.job.invocations):
+                w.call(lp, work.inputs, t.writer, dev, work.expect, work.result, i)
+            del lp
+        finally:
+            dev.release(t.writer)
+            work.result.devices_released += 1
+
+
+def _merge(into: JobResult, other: JobResult) -> None:
+    into.invocations += other.invocations
+    into.ok += other.ok
+    into.miscompare += other.miscompare
+    into.errors += other.errors
+    into.nondeterministic += other.nondeterministic
+    into.latency_sum_us += other.latency_sum_us
+    into.latency_max_us = max(into.latency_max_us, other.latency_max_us)
+    into.latency_hist = [a + b for a, b in zip(into.latency_hist, other.latency_hist, strict=True)]
+    into.failures.extend(other.failures)
+
+
+def _raise_first(errors: list[BaseException]) -> None:
+    if errors:
+        raise errors[0]
+
+
+PATTERNS: dict[str, Pattern] = {p.name: p for p in (
+    Shared(), PerThread(), PerCall(), Churn(), InstanceChurn(), CrossThread(), ProcessPerJob())}
+ALL_PATTERNS: tuple[str, ...] = tuple(PATTERNS)

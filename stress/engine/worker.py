@@ -1,0 +1,211 @@
+"""Code that runs inside a worker process.
+
+Started by the parent as `python -m stress.engine.worker --config F --worker-id N ...`, possibly
+under another interpreter (a runtime stack's venv holding only iree-base-runtime and numpy, with
+this package on PYTHONPATH): nothing here may import click, sqlite3 or the parent's modules.
+
+Protocol: the parent writes `[name, payload]` JSON lines to our stdin ("job", "stop"); we write
+`[name, payload]` lines to the message fd ("hello", "job_done", "bye"). Progress is not sent as
+heartbeats: the parent reads our journal file directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import faulthandler
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from stress.engine import inject
+from stress.engine.invocation import Expectation, FailureNote, JobResult
+from stress.engine.jobs import Job
+from stress.engine.journal import JournalWriter, Step
+from stress.engine.patterns import PATTERNS, ThreadState, WorkerContext, Work
+from stress.programs.program import Program, make_inputs
+
+_PR_SET_PDEATHSIG = 1  # linux prctl: signal us when the parent dies (no orphans, even on SIGKILL)
+
+
+class Messenger:
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._lock = threading.Lock()
+
+    def send(self, name: str, payload: dict[str, Any]) -> None:
+        data = (json.dumps([name, payload], separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(70)
+    except (OSError, AttributeError):
+        pass
+
+
+def _runtime_facts(driver_name: str) -> dict[str, Any]:
+    """Versions and device facts for the run manifest (what a bug report needs)."""
+    facts: dict[str, Any] = {"python": sys.version.split()[0], "executable": sys.executable,
+                             "pid": os.getpid()}
+    try:
+        import iree.runtime.version as v
+
+        facts["iree_runtime"] = getattr(v, "VERSION", "?")
+        facts["iree_revisions"] = getattr(v, "REVISIONS", {})
+    except ImportError:
+        facts["iree_runtime"] = "?"
+    try:
+        from iree.runtime import _binding
+
+        drv = _binding.create_hal_driver(driver_name)
+        devices = drv.query_available_devices()
+        facts["devices"] = [{k: str(d[k]) for k in ("device_id", "path", "name") if k in d}
+                            for d in devices]
+        if devices:
+            facts["device_info"] = drv.dump_device_info(devices[0]["device_id"])[:4000]
+        del drv
+    except Exception as exc:  # reported, not fatal: the jobs will fail with the real error
+        facts["driver_error"] = str(exc)
+    facts["loaded_gpu_libraries"] = _gpu_libraries()
+    return facts
+
+
+def _gpu_libraries() -> list[str]:
+    """Which HIP/CUDA/HSA libraries this process mapped (which ROCm did we really load?)."""
+    keys = ("amdhip", "hsa-runtime", "libcuda", "libnvrtc", "libvulkan", "rocm", "therock")
+    found: set[str] = set()
+    try:
+        with open(f"/proc/{os.getpid()}/maps") as f:
+            for line in f:
+                path = line.rsplit(None, 1)[-1] if "/" in line else ""
+                if any(k in path.lower() for k in keys):
+                    found.add(path.strip())
+    except OSError:
+        pass
+    return sorted(found)
+
+
+class Worker:
+    def __init__(self, config: dict[str, Any], worker_id: int, journal: JournalWriter,
+                 messenger: Messenger):
+        self.config = config
+        self.worker_id = worker_id
+        self.journal = journal
+        self.msg = messenger
+        self.threads = int(config["threads"])
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.programs = {name: Program.from_dict(p["program"])
+                         for name, p in config["programs"].items()}
+        self.vmfbs = {name: Path(p["vmfb"]).read_bytes() for name, p in config["programs"].items()}
+        specs = [inject.parse(s) for s in config.get("inject", [])]
+        specs += inject.parse_env(os.environ.get(inject.ENV_VAR))
+        self.injector = inject.Injector(specs, hash((config.get("seed", 0), worker_id,
+                                                     os.getpid()))) if specs else None
+        if self.injector is not None:
+            journal.on_begin = self.injector
+        self.ctx = WorkerContext(config["driver"], config["device_uri"], journal, self.programs,
+                                 self.vmfbs,
+                                 self.injector.corrupt_pending if self.injector else None)
+
+    def read_commands(self) -> None:
+        """stdin reader thread: jobs in, `stop` (or EOF: the parent is gone) ends the worker."""
+        for line in sys.stdin:
+            name, payload = json.loads(line)
+            if name == "job":
+                self.jobs.put(Job.from_dict(payload))
+            elif name == "stop":
+                break
+            else:
+                raise ValueError(f"unknown command {name!r}")
+        for _ in range(self.threads):
+            self.jobs.put(None)
+
+    def thread_main(self) -> None:
+        writer = self.journal.acquire()
+        state = ThreadState(writer)
+        try:
+            while True:
+                job = self.jobs.get()
+                if job is None:
+                    break
+                self.run_job(state, job)
+        finally:
+            writer.job = 0xFFFFFFFF
+            state.close(self.ctx)
+
+    def run_job(self, state: ThreadState, job: Job) -> None:
+        writer = state.writer
+        writer.job = job.index
+        program = self.programs[job.program]
+        result = JobResult()
+        started = time.time()
+        writer.begin(Step.JOB, aux=job.invocations)
+        try:
+            inputs = make_inputs(program, job.seed)
+            work = Work(job, program, inputs, Expectation(program, job.seed, inputs), result)
+            PATTERNS[job.pattern].run(self.ctx, state, work)
+        except Exception as exc:
+            result.errors += 1
+            step = getattr(exc, "step", None)
+            label = step.label if isinstance(step, Step) else "job"
+            message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"
+            result.failures.append(FailureNote("error", label, message, -1, 0))
+        writer.end(Step.JOB, aux=job.invocations)
+        self.msg.send("job_done", {"job": job.as_dict(), "started": started,
+                                   "ended": time.time(), "result": result.as_dict()})
+
+    def run(self) -> None:
+        main_writer = self.journal.acquire()
+        self.ctx.start(main_writer)
+        reader = threading.Thread(target=self.read_commands, name="commands", daemon=True)
+        reader.start()
+        threads = [threading.Thread(target=self.thread_main, name=f"job-{i}")
+                   for i in range(self.threads)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        self.ctx.close(main_writer)
+        main_writer.begin(Step.WORKER_EXIT)
+        self.msg.send("bye", {"pid": os.getpid()})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="stress.engine.worker")
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--worker-id", type=int, required=True)
+    ap.add_argument("--journal", required=True)
+    ap.add_argument("--msg-fd", type=int, required=True)
+    ap.add_argument("--facts", action="store_true", help="report runtime/device facts in hello")
+    args = ap.parse_args(argv)
+    _die_with_parent()
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    config = json.loads(Path(args.config).read_text())
+    threads = int(config["threads"])
+    journal = JournalWriter(Path(args.journal), slots=threads * 3 + 4)
+    messenger = Messenger(args.msg_fd)
+    facts = _runtime_facts(config["driver"]) if args.facts else {"pid": os.getpid()}
+    messenger.send("hello", facts)
+    Worker(config, args.worker_id, journal, messenger).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
