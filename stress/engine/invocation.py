@@ -171,9 +171,16 @@ class LoadedProgram:
             args = b.VmVariantList(len(inputs))
             views = []
             for arr, elt in zip(inputs, self._elt, strict=True):
-                bv = alloc.allocate_buffer_copy(memory_type=self._mem, allowed_usage=self._usage,
-                                                device=self.hal_device, buffer=arr,
-                                                element_type=elt)
+                if arr.ndim:
+                    bv = alloc.allocate_buffer_copy(memory_type=self._mem,
+                                                    allowed_usage=self._usage,
+                                                    device=self.hal_device, buffer=arr,
+                                                    element_type=elt)
+                else:  # the binding turns a 0-d array into shape [1]; build the view by hand
+                    buf = alloc.allocate_buffer_copy(memory_type=self._mem,
+                                                     allowed_usage=self._usage,
+                                                     device=self.hal_device, buffer=arr)
+                    bv = b.HalBufferView(buf, [], elt)
                 views.append(bv)
                 args.push_ref(bv)
             rets = b.VmVariantList(len(self._out_dtypes))

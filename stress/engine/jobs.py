@@ -49,7 +49,8 @@ def invocations_for(pattern: str, program: Program, scale: float = 1.0) -> int:
 
 
 def schedule(seed: int, programs: list[Program], patterns: list[str],
-             shard: tuple[int, int] = (0, 1), scale: float = 1.0) -> Iterator[Job]:
+             shard: tuple[int, int] = (0, 1), scale: float = 1.0,
+             job_seed: int | None = None) -> Iterator[Job]:
     """Endless deterministic job stream. Each block of len(patterns) consecutive jobs holds every
     pattern once, in a seeded order; program and job seed come from a generator keyed by
     (seed, job index); the shard of a job is drawn from its own generator, so shards never alias
@@ -65,5 +66,6 @@ def schedule(seed: int, programs: list[Program], patterns: list[str],
         rng = np.random.default_rng([seed, i])
         pattern = patterns[perm[i % n]]
         program = programs[int(rng.integers(len(programs)))]
-        yield Job(i, program.name, pattern, int(rng.integers(1 << 31)),
+        drawn = int(rng.integers(1 << 31))
+        yield Job(i, program.name, pattern, drawn if job_seed is None else job_seed,
                   invocations_for(pattern, program, scale))

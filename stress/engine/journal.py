@@ -209,16 +209,21 @@ class JournalReader:
         self._mm.close()
 
     def latest(self) -> list[tuple[int, int, int, int, int]]:
-        """Per used slot: (slot, ts_ns, step, phase, job) of its newest record. Cheap: for the
-        watchdog's frequent polls."""
+        """Per used slot: (slot, ts_ns, step, phase, job) of its newest record, skipping marks.
+        Cheap: for the watchdog's frequent polls."""
         out = []
         for slot in range(self.slots):
             base = _slot_offset(slot, self.ring_len) + _SLOT_HEADER_SIZE
             recs = np.frombuffer(self._mm, RECORD_DTYPE, self.ring_len, base)
-            i = int(recs["seq"].argmax())
+            seq = recs["seq"]
+            i = int(seq.argmax())
+            if not seq[i]:
+                continue
             r = recs[i]
-            if r["seq"]:
-                out.append((slot, int(r["ts"]), int(r["step"]), int(r["phase"]), int(r["job"])))
+            if r["phase"] == Phase.MARK:
+                j = int(np.where(seq == seq[i] - 1)[0][0]) if (seq == seq[i] - 1).any() else i
+                r = recs[j]
+            out.append((slot, int(r["ts"]), int(r["step"]), int(r["phase"]), int(r["job"])))
         return out
 
     def slot(self, slot: int) -> SlotView:

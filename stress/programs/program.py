@@ -107,5 +107,5 @@ def make_inputs(program: Program, seed: int) -> list[npt.NDArray[np.generic]]:
         values = rng.uniform(lo, hi, size=shape)
         if program.nonzero:
             values = np.where(np.abs(values) < 0.5, np.copysign(0.5, values) + values, values)
-        arrays.append(np.ascontiguousarray(dt.encode(np.asarray(values, dtype=np.float64))))
+        arrays.append(np.array(dt.encode(np.asarray(values, dtype=np.float64)), order="C"))
     return arrays

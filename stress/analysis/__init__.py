@@ -1,0 +1,1 @@
+"""Stage 5: analysis of a run's records (summaries, signatures, correlation, reports)."""

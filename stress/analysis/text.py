@@ -1,0 +1,39 @@
+"""The final summary table printed after a soak."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stress.engine.failures import ALL_CLASSES
+
+
+def summary_table(s: dict[str, Any]) -> str:
+    lines = [f"run {s['run_id']}  seed {s['seed']}  {s['status']} ({s.get('stop_reason') or ''})",
+             f"  results   {s['results_dir']}",
+             f"  invocations {s['invocations']:,} in {s['duration_s']:.1f} s "
+             f"({s['invocations_per_s']:,.0f}/s), {s['jobs']:,} jobs, "
+             f"{s['worker_processes']} worker processes, {s['devices_created']:,} devices created",
+             "", f"  {'pattern':<16} {'invocations':>12}"]
+    for pattern, n in s["patterns"].items():
+        lines.append(f"  {pattern:<16} {n:>12,}")
+    lines += ["", f"  {'failure class':<16} {'count':>12}"]
+    for c in ALL_CLASSES:
+        lines.append(f"  {c:<16} {s['failures'].get(c, 0):>12,}")
+    details = s.get("failures_detail", [])
+    if details:
+        lines += ["", "  first failures:"]
+        for f in details[:8]:
+            job = f["job"]
+            sig = f" {f['signal']}" if f.get("signal") else ""
+            lines.append(f"    {f['class']}{sig} at {f['last_step']} in {job['program']} "
+                         f"[{job['pattern']}] -> {f['artifacts'] or '-'}")
+    sigs = s.get("signatures", [])
+    if sigs:
+        lines += ["", "  top signatures:"]
+        for g in sigs[:5]:
+            lines.append(f"    {g['id']}  {g['count']:>5} x  {g['rate_per_1k']:.3f}/1k "
+                         f"[{g['ci_low']:.3f}, {g['ci_high']:.3f}]  {g['class']} at "
+                         f"{g['last_step']}  ({', '.join(g['patterns'])})")
+    verdict = "FAILURES FOUND" if s["failed"] else "no failures"
+    lines += ["", f"  {verdict}"]
+    return "\n".join(lines)

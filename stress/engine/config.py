@@ -1,0 +1,59 @@
+"""The soak configuration: everything one run needs, built by the CLI, read by the session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stress.programs.program import Program
+from stress.programs.targets import Target
+
+# Defaults (seconds). An invocation of a corpus program takes micro- to milliseconds on cpu and
+# ~0.5 ms on a GPU; 30 s of silence inside one step is a hang, not a slow kernel.
+DEFAULT_TIMEOUT_S: float = 30.0
+DEFAULT_TEARDOWN_TIMEOUT_S: float = 15.0
+DEFAULT_MAX_WORKER_RESTARTS: int = 50
+
+
+@dataclass
+class SoakConfig:
+    target: Target
+    driver: str
+    device_uri: str
+    programs: list[Program]
+    artifacts: dict[str, Path]
+    patterns: list[str]
+    workers: int
+    threads: int
+    seed: int
+    duration_s: float | None = None
+    invocations: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    max_failures: int | None = None
+    results_dir: Path = Path("results")
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    teardown_timeout_s: float = DEFAULT_TEARDOWN_TIMEOUT_S
+    max_worker_restarts: int = DEFAULT_MAX_WORKER_RESTARTS
+    inject: list[str] = field(default_factory=list)
+    python: str | None = None  # worker interpreter (a runtime stack's venv); default: ours
+    shard: tuple[int, int] = (0, 1)
+    job_seed: int | None = None  # force every job's input seed (repro of one failure)
+    job_scale: float = 1.0  # multiplies invocations per job
+    command: str = ""  # the command line that reproduces this run
+    progress: bool = True
+    compiler_version: str = ""
+    tool_version: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target.name, "driver": self.driver, "device_uri": self.device_uri,
+            "programs": [p.name for p in self.programs], "patterns": self.patterns,
+            "workers": self.workers, "threads": self.threads, "seed": self.seed,
+            "duration_s": self.duration_s, "invocations": self.invocations, "env": self.env,
+            "max_failures": self.max_failures, "timeout_s": self.timeout_s,
+            "teardown_timeout_s": self.teardown_timeout_s,
+            "max_worker_restarts": self.max_worker_restarts, "inject": self.inject,
+            "python": self.python, "shard": list(self.shard), "job_seed": self.job_seed,
+            "job_scale": self.job_scale,
+        }

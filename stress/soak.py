@@ -1,0 +1,144 @@
+"""`iree-stress soak`: programs -> compiled artifacts -> session -> store -> summary."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stress.engine.config import SoakConfig
+from stress.engine.patterns import ALL_PATTERNS
+from stress.engine.probe import LIBRARY_HINT, probe
+from stress.engine.session import Session
+from stress.errors import UsageError
+from stress.programs import corpus, targets, userprog
+from stress.programs.cache import ArtifactCache
+from stress.programs.program import Program
+from stress.store import summary as summary_mod
+
+
+@dataclass
+class SoakOptions:
+    target: str | None
+    device: str | None
+    workers: int | None
+    threads: int
+    patterns: list[str]
+    programs: list[str]
+    program_files: list[str]
+    duration_s: float | None
+    invocations: int | None
+    seed: int | None
+    env: dict[str, str]
+    max_failures: int | None
+    results: Path | None
+    timeout_s: float
+    teardown_timeout_s: float
+    max_worker_restarts: int
+    inject: list[str]
+    python: str | None
+    shard: tuple[int, int]
+    job_seed: int | None
+    cache_dir: Path
+    compile_jobs: int
+    progress: bool
+    argv: list[str] = field(default_factory=list)
+
+
+def resolve_patterns(names: list[str]) -> list[str]:
+    if not names or names == ["all"]:
+        return list(ALL_PATTERNS)
+    unknown = [n for n in names if n not in ALL_PATTERNS]
+    if unknown:
+        raise UsageError(f"unknown pattern(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(ALL_PATTERNS)}")
+    return names
+
+
+def choose_programs(globs: list[str], files: list[str]) -> list[Program]:
+    progs: list[Program] = []
+    if globs or not files:
+        progs = corpus.select(globs)
+    progs += [userprog.load(f) for f in files]
+    return progs
+
+
+def resolve_target(opts: SoakOptions, python: str, env: dict[str, str]) -> tuple[
+        targets.Target, str, dict[str, Any]]:
+    """Explicit target, else the first usable GPU driver, else cpu. Checks the driver works."""
+    candidates = ["hip", "cuda", "vulkan", "local-task", "local-sync"]
+    found = probe(python, candidates, env)
+    usable = [d for d in candidates if isinstance(found.get(d), dict) and found[d].get("ok")]
+    if opts.target:
+        target = targets.parse(opts.target)
+    else:
+        auto = next((b for b, d in (("rocm", "hip"), ("cuda", "cuda")) if d in usable), "cpu")
+        target = targets.parse(auto)
+    uri = opts.device or target.device_uri
+    driver = uri.split("://", 1)[0].split(":", 1)[0]
+    info = found.get(driver, {})
+    if not info.get("ok"):
+        hint = LIBRARY_HINT.get(driver, "")
+        raise UsageError(f"driver {driver!r} is not usable here: {info.get('error', 'unknown')}"
+                         f"{'; it needs ' + hint if hint else ''}; usable drivers: "
+                         f"{', '.join(usable) or 'none'}")
+    return target, driver, found
+
+
+def make_run_dir(results: Path | None, seed: int) -> tuple[str, Path]:
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-s{seed}-{os.getpid()}"
+    run_dir = results if results is not None else Path("results") / run_id
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe_file = run_dir / ".writable"
+        probe_file.write_bytes(b"")
+        probe_file.unlink()
+    except OSError as exc:
+        raise UsageError(f"results dir {run_dir} is not writable: {exc.strerror}") from None
+    if results is not None:
+        run_id = results.name or run_id
+    return run_id, run_dir
+
+
+def run_soak(opts: SoakOptions) -> dict[str, Any]:
+    """Runs one soak; returns the summary (also written to RUN_DIR/summary.json)."""
+    from stress import __version__
+
+    patterns = resolve_patterns(opts.patterns)
+    programs = choose_programs(opts.programs, opts.program_files)
+    if opts.duration_s is not None and opts.duration_s <= 0:
+        raise UsageError("--duration must be positive")
+    seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(3), "little")
+    python = opts.python or sys.executable
+    env = {**os.environ, **opts.env}
+    target, driver, _found = resolve_target(opts, python, env)
+    run_id, run_dir = make_run_dir(opts.results, seed)
+    cache = ArtifactCache(opts.cache_dir)
+    report = cache.compile_all(programs, target, jobs=opts.compile_jobs)
+    if report.errors:
+        lines = "\n".join(e.describe() for e in report.errors[:5])
+        raise UsageError(f"{len(report.errors)} program(s) failed to compile for "
+                         f"{target.name}:\n{lines}")
+    duration = opts.duration_s
+    if duration is None and opts.invocations is None:
+        duration = 20.0
+    argv = ["iree-stress", "soak", *opts.argv]
+    if opts.seed is None:
+        argv += ["--seed", str(seed)]
+    config = SoakConfig(
+        target=target, driver=driver, device_uri=opts.device or target.device_uri,
+        programs=programs, artifacts={n: a.path for n, a in report.artifacts.items()},
+        patterns=patterns, workers=opts.workers or os.cpu_count() or 2, threads=opts.threads,
+        seed=seed, duration_s=duration, invocations=opts.invocations, env=opts.env,
+        max_failures=opts.max_failures, results_dir=run_dir, timeout_s=opts.timeout_s,
+        teardown_timeout_s=opts.teardown_timeout_s,
+        max_worker_restarts=opts.max_worker_restarts, inject=opts.inject, python=opts.python,
+        shard=opts.shard, job_seed=opts.job_seed, command=shlex.join(argv),
+        progress=opts.progress, compiler_version=report.compiler_version,
+        tool_version=__version__)
+    Session(config, run_id, run_dir).run()
+    return summary_mod.write(run_dir)

@@ -1,0 +1,1 @@
+"""Stage 4: the results store (SQLite with numbered migrations), summary.json, merging."""
