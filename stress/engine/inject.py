@@ -43,7 +43,11 @@ class Kind(str, enum.Enum):
 
 
 class InjectedError(RuntimeError):
-    """The `raise` fault: looks to the worker like an IREE status error."""
+    """The `raise` fault: looks to the worker like an IREE status error at `step`."""
+
+    def __init__(self, step: Step):
+        self.step = step
+        super().__init__(f"injected fault (raise) at {step.label}")
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ class Injector:
         for s in specs:
             self.by_step.setdefault(int(s.step), []).append(s)
         self._rng = random.Random(seed)
-        self.corrupt_pending: set[int] = set()  # slots whose next readback gets perturbed
+        self.corrupt_pending: dict[int, str] = {}  # slot -> step label: perturb its next output
 
     def __call__(self, writer: SlotWriter, step: Step) -> None:
         specs = self.by_step.get(int(step))
@@ -100,13 +104,13 @@ class Injector:
                 # The marker makes the failing thread unambiguous even for kill/exit, which
                 # leave no faulthandler trace behind.
                 writer.record(Step.INJECT, Phase.MARK, detail=int(step), aux=_KIND_CODES[spec.kind])
-                fire(spec.kind, writer.slot, self)
+                fire(spec.kind, writer.slot, step, self)
 
 
 _KIND_CODES = {k: i + 1 for i, k in enumerate(Kind)}
 
 
-def fire(kind: Kind, slot: int, injector: Injector | None = None) -> None:
+def fire(kind: Kind, slot: int, step: Step, injector: Injector | None = None) -> None:
     if kind is Kind.SEGV:
         ctypes.memset(8, 0, 64)  # writes to page zero: SIGSEGV inside libc
     elif kind is Kind.ABORT:
@@ -119,6 +123,6 @@ def fire(kind: Kind, slot: int, injector: Injector | None = None) -> None:
     elif kind is Kind.EXIT:
         os._exit(7)
     elif kind is Kind.RAISE:
-        raise InjectedError("injected fault (raise)")
+        raise InjectedError(step)
     elif kind is Kind.CORRUPT and injector is not None:
-        injector.corrupt_pending.add(slot)
+        injector.corrupt_pending[slot] = step.label

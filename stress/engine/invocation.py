@@ -268,7 +268,7 @@ def _corrupt(out: HostArray) -> None:
 
 def timed_call(lp: LoadedProgram, inputs: list[HostArray], writer: SlotWriter, device_id: int,
                expect: Expectation, result: JobResult, index: int,
-               corrupt: bool = False) -> None:
+               corrupt_pending: dict[int, str] | None = None) -> None:
     """One checked invocation, counted into `result`; errors and miscompares become notes."""
     result.invocations += 1
     t0 = time.perf_counter()
@@ -279,7 +279,8 @@ def timed_call(lp: LoadedProgram, inputs: list[HostArray], writer: SlotWriter, d
         result.failures.append(FailureNote("error", exc.step.label, str(exc), index, device_id))
         return
     result.add_latency(time.perf_counter() - t0)
-    if corrupt and outs and outs[0].size:
+    corrupted_at = corrupt_pending.pop(writer.slot, None) if corrupt_pending else None
+    if corrupted_at is not None and outs and outs[0].size:
         _corrupt(outs[0])
     writer.begin(Step.CHECK, device_id)
     ok, identical, message = expect.check(outs)
@@ -289,5 +290,5 @@ def timed_call(lp: LoadedProgram, inputs: list[HostArray], writer: SlotWriter, d
         result.nondeterministic += not identical
     else:
         result.miscompare += 1
-        result.failures.append(FailureNote("miscompare", Step.CHECK.label, message, index,
-                                           device_id))
+        step = corrupted_at or Step.CHECK.label  # an injected corruption names its step
+        result.failures.append(FailureNote("miscompare", step, message, index, device_id))

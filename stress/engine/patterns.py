@@ -51,13 +51,13 @@ class WorkerContext:
 
     def __init__(self, driver_name: str, uri: str, journal: JournalWriter,
                  programs: dict[str, Program], vmfbs: dict[str, bytes],
-                 corrupt_pending: set[int] | None = None):
+                 corrupt_pending: dict[int, str] | None = None):
         b = _binding()
         self.b = b
         self.driver_name, self.uri = driver_name, uri
         self.journal = journal
         self.programs, self.vmfbs = programs, vmfbs
-        self.corrupt_pending = corrupt_pending if corrupt_pending is not None else set()
+        self.corrupt_pending = corrupt_pending if corrupt_pending is not None else {}
         self._lock = threading.Lock()
         self._modules: dict[tuple[int, str], Any] = {}
         self._shared: Device | None = None
@@ -88,10 +88,7 @@ class WorkerContext:
 
     def call(self, lp: LoadedProgram, inputs: list[HostArray], writer: SlotWriter, dev: Device,
              expect: Expectation, result: JobResult, index: int) -> None:
-        corrupt = writer.slot in self.corrupt_pending
-        if corrupt:
-            self.corrupt_pending.discard(writer.slot)
-        timed_call(lp, inputs, writer, dev.id, expect, result, index, corrupt)
+        timed_call(lp, inputs, writer, dev.id, expect, result, index, self.corrupt_pending)
 
     def run_helper(self, job: Job, fn: Callable[[SlotWriter], None],
                    errors: list[BaseException]) -> threading.Thread:

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# Shared by every test (and kept between local runs): compiling the corpus takes ~30 s per
+# target on 2 cores; a warm cache makes the second run of the suite fast.
+TEST_CACHE = Path(os.environ.get("IREE_STRESS_TEST_CACHE", REPO / ".cache" / "test-artifacts"))
+
+
+@dataclass
+class CliResult:
+    rc: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
+            cwd: Path | None = None) -> CliResult:
+    full_env = {**os.environ, "IREE_STRESS_CACHE": str(TEST_CACHE), **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "stress", *args], capture_output=True,
+                          text=True, timeout=timeout, env=full_env, cwd=cwd or REPO)
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture(scope="session")
+def cache_dir() -> Path:
+    TEST_CACHE.mkdir(parents=True, exist_ok=True)
+    return TEST_CACHE
+
+
+@pytest.fixture(scope="session")
+def cpu_artifacts(cache_dir: Path) -> dict[str, Path]:
+    """Every corpus program compiled for cpu (once per session, cached across sessions)."""
+    from stress.programs import corpus, targets
+    from stress.programs.cache import ArtifactCache
+
+    report = ArtifactCache(cache_dir).compile_all(list(corpus.corpus()), targets.parse("cpu"),
+                                                  jobs=2)
+    assert not report.errors, [e.describe() for e in report.errors]
+    return {name: a.path for name, a in report.artifacts.items()}
