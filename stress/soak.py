@@ -83,7 +83,8 @@ def resolve_target(opts: SoakOptions, python: str, env: dict[str, str]) -> tuple
     info = found.get(driver, {})
     if not info.get("ok"):
         hint = LIBRARY_HINT.get(driver, "")
-        raise UsageError(f"driver {driver!r} is not usable here: {info.get('error', 'unknown')}"
+        error = " ".join(str(info.get("error", "unknown")).split())[:400]  # one line
+        raise UsageError(f"driver {driver!r} is not usable here: {error}"
                          f"{'; it needs ' + hint if hint else ''}; usable drivers: "
                          f"{', '.join(usable) or 'none'}")
     return target, driver, found

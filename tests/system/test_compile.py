@@ -1,0 +1,67 @@
+"""iree-stress compile: whole corpus for cpu and rocm, warm cache, bad MLIR (issue #2)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.system
+
+
+def counts(stdout: str) -> tuple[int, int, int]:
+    m = re.search(r"(\d+) compiled, (\d+) cached, (\d+) failed", stdout)
+    assert m, stdout
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+@pytest.mark.parametrize("target", ["cpu", "rocm"])
+def test_whole_corpus_compiles_and_a_second_run_compiles_nothing(cache_dir: Path,
+                                                                 target: str) -> None:
+    first = run_cli("compile", "--target", target, "-j", "2")
+    assert first.rc == 0, first.stderr
+    compiled, cached, failed = counts(first.stdout)
+    assert compiled + cached >= 60 and failed == 0
+    second = run_cli("compile", "--target", target)
+    assert second.rc == 0
+    assert counts(second.stdout) == (0, compiled + cached, 0)
+
+
+def test_malformed_mlir_shows_diagnostics_and_argv_and_the_rest_still_compiles(
+        tmp_path: Path) -> None:
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                   "  %0 = arith.addf %a, %nope : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n")
+    res = run_cli("compile", "--target", "cpu", "--program", str(bad), "--programs",
+                  "unary.abs.f32.*", env={"IREE_STRESS_CACHE": str(tmp_path / "cache")})
+    assert res.rc == 2
+    assert "user.bad: iree-compile exited" in res.stderr
+    assert "undefined" in res.stderr or "use of undeclared" in res.stderr
+    assert "argv: " in res.stderr and "--iree-hal-target-device=local" in res.stderr
+    assert counts(res.stdout) == (1, 0, 1)
+    assert "Traceback" not in res.stderr
+
+
+def test_concurrent_compiles_into_one_cache_never_leave_a_torn_file(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    code = ("import sys; from pathlib import Path; from stress.programs import corpus, targets;"
+            "from stress.programs.cache import ArtifactCache;"
+            "r = ArtifactCache(Path(sys.argv[1])).compile_all(corpus.select(['unary.exp.*',"
+            "'binary.add.f32.*']), targets.parse('cpu'), jobs=1); sys.exit(len(r.errors))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(cache)]) for _ in range(2)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    from iree.runtime import _binding as b
+
+    vmfbs = list(cache.rglob("*.vmfb"))
+    from stress.programs import corpus
+
+    expected = len(corpus.select(["unary.exp.*", "binary.add.f32.*"]))
+    assert len(vmfbs) == expected and not list(cache.rglob("*.tmp"))
+    instance = b.VmInstance()
+    for f in vmfbs:
+        assert "main" in b.VmModule.copy_buffer(instance, f.read_bytes()).function_names

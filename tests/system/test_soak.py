@@ -1,0 +1,95 @@
+"""iree-stress soak end to end on cpu (issue #3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from stress.engine.patterns import ALL_PATTERNS
+from tests.conftest import REPO, run_cli
+
+pytestmark = pytest.mark.system
+
+
+def test_a_30s_cpu_soak_completes_10k_invocations_over_every_pattern_without_failures(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    res = run_cli("soak", "--target", "cpu", "--duration", "30s", "--json", "--results",
+                  str(tmp_path / "run"))
+    assert res.rc == 0, res.stderr[-3000:]
+    s = res.json()
+    assert s["invocations"] >= 10_000
+    assert set(s["patterns"]) == set(ALL_PATTERNS) and all(s["patterns"].values())
+    assert s["failures"] == {"crash": 0, "hang": 0, "teardown_hang": 0, "error": 0,
+                             "miscompare": 0}
+    assert s["duration_s"] >= 30 and s["seed"] == int(s["seed"])
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk == s
+    m = s["manifest"]
+    assert m["iree_runtime"] and m["iree_compiler"] and m["kernel"] and m["host"]
+    assert m["config"]["patterns"] == list(ALL_PATTERNS) and m["seed"] == s["seed"]
+    assert "--seed" in s["command"]  # the command that reproduces the run
+
+
+def job_sequence(run: Path) -> list[tuple[int, str, str, int, int]]:
+    db = sqlite3.connect(run / "stress.db")
+    return sorted(tuple(r) for r in db.execute(  # type: ignore[misc]
+        "SELECT job_index, program, pattern, seed, planned FROM jobs"))
+
+
+def test_the_same_seed_runs_the_same_jobs(tmp_path: Path,
+                                          cpu_artifacts: dict[str, Path]) -> None:
+    args = ["soak", "--target", "cpu", "--invocations", "400", "--workers", "2", "-q",
+            "--programs", "unary.*.f32.*,binary.*.f32.*"]
+    runs = []
+    for name, seed in (("a", "11"), ("b", "11"), ("c", "12")):
+        res = run_cli(*args, "--seed", seed, "--results", str(tmp_path / name))
+        assert res.rc == 0, res.stderr[-2000:]
+        runs.append(job_sequence(tmp_path / name))
+    assert runs[0] == runs[1] and len(runs[0]) > 10
+    assert runs[0] != runs[2]
+
+
+def test_a_fusilli_style_torch_program_soaks_with_generated_inputs(tmp_path: Path) -> None:
+    res = run_cli("soak", "--target", "cpu", "--program",
+                  str(REPO / "mlir/examples/fusilli_bias_relu.torch.mlir"), "--program",
+                  str(REPO / "mlir/examples/scale_shift.mlir"), "--invocations", "300",
+                  "--workers", "1", "--json", "-q", "--results", str(tmp_path / "r"))
+    assert res.rc == 0, res.stderr[-2000:]
+    s = res.json()
+    assert s["invocations"] >= 300 and not s["failed"]
+    db = sqlite3.connect(tmp_path / "r" / "stress.db")
+    programs = {r[0] for r in db.execute("SELECT DISTINCT program FROM jobs")}
+    assert programs == {"user.fusilli_bias_relu.torch", "user.scale_shift"}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--target", "tpu"], "unknown target 'tpu'; known targets"),
+    (["--programs", "nothing.*"], "no corpus program matches 'nothing.*'"),
+    (["--patterns", "sometimes"], "unknown pattern(s) sometimes; known: shared"),
+    (["--duration", "0s"], "must be positive"),
+    (["--duration", "-3s"], "not a duration"),
+    (["--program", "/missing.mlir"], "program file not found: /missing.mlir"),
+    (["--results", "/proc/forbidden"], "is not writable"),
+    (["--inject", "segv@nowhere"], "bad --inject 'segv@nowhere'"),
+    (["--env", "NOEQUALS"], "--env wants KEY=VALUE"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    res = run_cli("soak", "-q", "--duration", "5s", *args)
+    assert res.rc == 2
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_an_unusable_gpu_driver_names_the_library_and_the_usable_drivers() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "IREE_HIP_DYLIB_PATH"}
+    res = run_cli("soak", "--target", "rocm", "--duration", "5s", env=env)
+    assert res.rc == 2
+    line = res.stderr.strip().splitlines()[-1]
+    assert "driver 'hip' is not usable here" in line
+    assert "libamdhip64" in line and "IREE_HIP_DYLIB_PATH" in line
+    assert "usable drivers: " in line and "local-task" in line
+    assert "Traceback" not in res.stderr
