@@ -32,7 +32,7 @@ def parse_duration(text: str) -> float:
     return total
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
     name = "DURATION"
 
     def convert(self, value: Any, param: click.Parameter | None,

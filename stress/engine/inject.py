@@ -15,7 +15,7 @@ import random
 import signal
 from dataclasses import dataclass
 
-from stress.engine.journal import Phase, SlotWriter, Step
+from stress.engine.journal import SlotWriter, Step
 from stress.errors import UsageError
 
 ENV_VAR = "IREE_STRESS_INJECT"
@@ -103,7 +103,7 @@ class Injector:
             if self._rng.random() < spec.prob:
                 # The marker makes the failing thread unambiguous even for kill/exit, which
                 # leave no faulthandler trace behind.
-                writer.record(Step.INJECT, Phase.MARK, detail=int(step), aux=_KIND_CODES[spec.kind])
+                writer.mark_injection(step, _KIND_CODES[spec.kind])
                 fire(spec.kind, writer.slot, step, self)
 
 

@@ -25,6 +25,7 @@ MAGIC = b"ISJ1"
 _HEADER = struct.Struct("<4sIIIIQ")  # magic, version, slots, ring_len, record_size, pid
 _HEADER_SIZE = 64
 _SLOT_HEADER = struct.Struct("<QQ")  # native thread id, python thread ident
+_INJECTED = struct.Struct("<Q")  # at slot offset 16: faults injected on this slot (wrap-proof)
 _SLOT_HEADER_SIZE = 64
 RECORD = struct.Struct("<QIBBBxIIiI")  # ts_ns, seq, step, phase, status, device, job, detail, aux
 RECORD_SIZE = 32
@@ -148,6 +149,14 @@ class SlotWriter:
     def fail(self, step: Step, device: int = 0, status: int = 1) -> None:
         self.record(step, Phase.FAIL, device, status)
 
+    def mark_injection(self, step: Step, kind_code: int) -> None:
+        """Records that a fault is injected at `step` now; the per-slot counter survives ring
+        wrap-around, so tests can check that every injected fault was detected."""
+        off = self._base - _SLOT_HEADER_SIZE + _SLOT_HEADER.size
+        (count,) = _INJECTED.unpack_from(self._mm, off)
+        _INJECTED.pack_into(self._mm, off, count + 1)
+        self.record(Step.INJECT, Phase.MARK, detail=int(step), aux=kind_code)
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -175,6 +184,7 @@ class SlotView:
     native_tid: int
     py_ident: int
     entries: list[Entry]  # oldest first
+    injected: int = 0
 
     @property
     def last(self) -> Entry | None:
@@ -229,6 +239,7 @@ class JournalReader:
     def slot(self, slot: int) -> SlotView:
         off = _slot_offset(slot, self.ring_len)
         native, ident = _SLOT_HEADER.unpack_from(self._mm, off)
+        (injected,) = _INJECTED.unpack_from(self._mm, off + _SLOT_HEADER.size)
         recs = np.frombuffer(self._mm, RECORD_DTYPE, self.ring_len, off + _SLOT_HEADER_SIZE).copy()
         recs = recs[recs["seq"] > 0]
         recs = recs[np.argsort(recs["seq"], kind="stable")]
@@ -240,7 +251,11 @@ class JournalReader:
                 continue  # a torn record written as the process died
             entries.append(Entry(int(r["ts"]), int(r["seq"]), slot, step, phase, int(r["status"]),
                                  int(r["device"]), int(r["job"]), int(r["detail"]), int(r["aux"])))
-        return SlotView(slot, native, ident, entries)
+        return SlotView(slot, native, ident, entries, injected)
 
     def all_slots(self) -> list[SlotView]:
         return [v for v in (self.slot(s) for s in range(self.slots)) if v.entries]
+
+    def injected(self) -> int:
+        """Faults injected over the worker's life (all slots, including reused ones)."""
+        return sum(self.slot(s).injected for s in range(self.slots))

@@ -24,8 +24,8 @@ from stress.engine.invocation import (
     _binding,
     timed_call,
 )
-from stress.engine.journal import JournalWriter, SlotWriter, Step
 from stress.engine.jobs import Job
+from stress.engine.journal import JournalWriter, SlotWriter, Step
 from stress.programs.program import Program
 
 _HELPER_JOIN_S: float = 600.0  # helpers are joined with a bound; the parent watchdog judges hangs
@@ -146,8 +146,13 @@ class Work:
 
 
 class Pattern(Protocol):
-    name: ClassVar[str]
-    summary: ClassVar[str]
+    """A device lifecycle strategy; `run` performs one job on the calling worker thread."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def summary(self) -> str: ...
 
     def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None: ...
 

@@ -69,7 +69,8 @@ class Session:
         self.config_path = run_dir / "worker-config.json"
         self.progress = Progress(config, self)
         self.phases: dict[str, list[float]] = {}
-        self.ppj_slots = max(1, config.workers // 2)
+        # process-per-job runs beside the pool on half the worker budget (all of it when alone)
+        self.ppj_slots = config.workers if not self.pool_patterns else max(1, config.workers // 2)
 
     # ---- setup -------------------------------------------------------------------------
     def worker_env(self) -> dict[str, str]:
@@ -200,7 +201,7 @@ class Session:
     def on_job_done(self, h: WorkerHandle, payload: dict[str, Any]) -> None:
         """Fires when a worker thread finished a job (whatever its outcome)."""
         job = Job.from_dict(payload["job"])
-        h.outstanding.pop(job.index, None)
+        h.finished(job.index)
         res = payload["result"]
         outcome = "ok" if not (res["errors"] or res["miscompare"]) else "failed"
         self.store.add_job(self.run_id, h.worker_id, payload, outcome)
@@ -334,10 +335,13 @@ class Session:
         self.retire(h)
 
     def _job_of(self, h: WorkerHandle, attr: Attribution) -> Job | None:
-        if attr.job_index is not None and attr.job_index in h.outstanding:
-            return h.outstanding[attr.job_index]
-        if h.ephemeral and h.outstanding:
-            return next(iter(h.outstanding.values()))
+        if attr.job_index is not None:
+            job = h.outstanding.get(attr.job_index) or h.recent.get(attr.job_index)
+            if job is not None:
+                return job
+        if h.ephemeral:
+            jobs = list(h.outstanding.values()) or list(h.recent.values())
+            return jobs[0] if jobs else None
         return None
 
     @staticmethod

@@ -29,7 +29,7 @@ from stress.engine import inject
 from stress.engine.invocation import Expectation, FailureNote, JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import JournalWriter, Step
-from stress.engine.patterns import PATTERNS, ThreadState, WorkerContext, Work
+from stress.engine.patterns import PATTERNS, ThreadState, Work, WorkerContext
 from stress.programs.program import Program, make_inputs
 
 _PR_SET_PDEATHSIG = 1  # linux prctl: signal us when the parent dies (no orphans, even on SIGKILL)
@@ -109,6 +109,7 @@ class Worker:
         self.journal = journal
         self.msg = messenger
         self.threads = int(config["threads"])
+        self.last_shared_job = 0xFFFFFFFF  # the shared device's teardown is attributed to it
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.programs = {name: Program.from_dict(p["program"])
                          for name, p in config["programs"].items()}
@@ -146,7 +147,8 @@ class Worker:
                     break
                 self.run_job(state, job)
         finally:
-            writer.job = 0xFFFFFFFF
+            # The slot keeps the index of its last job: a per-thread device released here is
+            # attributed to the job that used it last.
             state.close(self.ctx)
 
     def run_job(self, state: ThreadState, job: Job) -> None:
@@ -167,6 +169,8 @@ class Worker:
             message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"
             result.failures.append(FailureNote("error", label, message, -1, 0))
         writer.end(Step.JOB, aux=job.invocations)
+        if job.pattern == "shared":
+            self.last_shared_job = job.index
         self.msg.send("job_done", {"job": job.as_dict(), "started": started,
                                    "ended": time.time(), "result": result.as_dict()})
 
@@ -181,6 +185,7 @@ class Worker:
             th.start()
         for th in threads:
             th.join()
+        main_writer.job = self.last_shared_job
         self.ctx.close(main_writer)
         main_writer.begin(Step.WORKER_EXIT)
         self.msg.send("bye", {"pid": os.getpid()})

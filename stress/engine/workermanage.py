@@ -22,6 +22,7 @@ from stress.engine.journal import JournalReader
 
 _TERMINATE_GRACE_S: float = 2.0  # a worker gets this long after SIGTERM before SIGKILL
 _READ_CHUNK: int = 1 << 16
+_RECENT_JOBS: int = 64  # enough to cover every thread's last job
 
 
 class State(enum.Enum):
@@ -43,6 +44,7 @@ class WorkerHandle:
     started: float = field(default_factory=time.monotonic)
     state: State = State.RUNNING
     outstanding: dict[int, Job] = field(default_factory=dict)
+    recent: dict[int, Job] = field(default_factory=dict)  # finished jobs, for teardown blame
     bye_at: float | None = None
     exited_at: float | None = None
     killed_by_us: bool = False
@@ -77,6 +79,13 @@ class WorkerHandle:
             return True
         except (BrokenPipeError, OSError):
             return False
+
+    def finished(self, index: int) -> None:
+        job = self.outstanding.pop(index, None)
+        if job is not None:
+            self.recent[index] = job
+            if len(self.recent) > _RECENT_JOBS:
+                del self.recent[next(iter(self.recent))]
 
     def send_job(self, job: Job) -> bool:
         self.outstanding[job.index] = job

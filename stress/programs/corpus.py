@@ -51,7 +51,8 @@ def _body(op: str, elt: str, is_float: bool) -> list[str]:
             return [f"%r = {simple_unary[op]} %a : {elt}"]
         if op in simple_binary:
             return [f"%r = {simple_binary[op]} %a, %b : {elt}"]
-        one, zero = f"%one = arith.constant {c(1)} : {elt}", f"%zero = arith.constant {c(0)} : {elt}"
+        one = f"%one = arith.constant {c(1)} : {elt}"
+        zero = f"%zero = arith.constant {c(0)} : {elt}"
         sigmoid = [f"%n = arith.negf %a : {elt}", f"%e = math.exp %n : {elt}", one,
                    f"%d = arith.addf %one, %e : {elt}"]
         bodies = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -39,10 +40,10 @@ FLOAT_OPS: dict[str, Callable[..., Array]] = {
 }
 
 
-def _wrap(fn: Callable[..., npt.NDArray[np.generic]]) -> Callable[..., npt.NDArray[np.generic]]:
+def _wrap(fn: Callable[..., Any]) -> Callable[..., npt.NDArray[np.generic]]:
     def call(*args: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
         with np.errstate(over="ignore"):
-            return fn(*args)
+            return np.asarray(fn(*args))
 
     return call
 

@@ -19,7 +19,9 @@ _TORCH = re.compile(r"!torch\.(v?tensor)<\[([0-9?,\s-]*)\],\s*([a-z0-9]+)>")
 
 def _split_top(text: str) -> list[str]:
     """Splits on commas that are not inside <>, (), [] or {}."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "<([{":
             depth += 1

@@ -107,8 +107,8 @@ class RunStore:
     def start_run(self, run_id: str, seed: int, command: str, manifest: dict[str, Any],
                   config: dict[str, Any]) -> None:
         with self.db:
-            self.db.execute("INSERT INTO runs (run_id, started_at, status, seed, command, manifest, config)"
-                            " VALUES (?, ?, 'running', ?, ?, ?, ?)",
+            self.db.execute("INSERT INTO runs (run_id, started_at, status, seed, command, "
+                            "manifest, config) VALUES (?, ?, 'running', ?, ?, ?, ?)",
                             (run_id, time.time(), seed, command, json.dumps(manifest),
                              json.dumps(config)))
 

@@ -61,7 +61,7 @@ def _build(db: sqlite3.Connection, run_dir: Path) -> dict[str, Any]:
     inv = int(totals["inv"])
     return {
         "run_id": run_id, "results_dir": str(run_dir), "status": run["status"],
-        "stop_reason": run["stop_reason"] if "stop_reason" in run.keys() else None,
+        "stop_reason": run["stop_reason"],
         "seed": run["seed"], "invocations": inv, "ok": int(totals["ok"]),
         "failures": failures, "failed": sum(failures.values()) > 0,
         "patterns": patterns, "jobs": int(totals["jobs"]),

@@ -17,7 +17,7 @@ import pytest
 from stress.engine.invocation import Device, Expectation, JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import JournalReader, JournalWriter, Step
-from stress.engine.patterns import PATTERNS, ThreadState, WorkerContext, Work
+from stress.engine.patterns import PATTERNS, ThreadState, Work, WorkerContext
 from stress.programs import corpus
 from stress.programs.program import make_inputs
 

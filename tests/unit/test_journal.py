@@ -88,3 +88,15 @@ def test_inject_specs_parse_and_bad_ones_are_usage_errors() -> None:
     for bad in ("segv", "boom@invoke", "segv@nowhere", "segv@invoke:2"):
         with pytest.raises(UsageError):
             inject.parse(bad)
+
+
+def test_injection_counter_survives_ring_wrap_around(tmp_path: Path) -> None:
+    j = JournalWriter(tmp_path / "j.bin", slots=2)
+    w = j.acquire()
+    for _ in range(RING_LEN * 2):
+        w.mark_injection(Step.INVOKE, 1)
+        w.begin(Step.INVOKE)
+    reader = JournalReader(tmp_path / "j.bin")
+    assert reader.injected() == RING_LEN * 2
+    marks = sum(e.step is Step.INJECT for e in reader.slot(w.slot).entries)
+    assert marks < RING_LEN * 2  # the ring alone would undercount
