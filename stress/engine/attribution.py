@@ -23,6 +23,8 @@ class Attribution:
     in_flight: list[str] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     journal_text: str = ""
+    last_record_ns: int = 0  # newest record of the failing thread (CLOCK_MONOTONIC)
+    step_begin_ns: int = 0  # begin of its innermost in-flight step
 
 
 def _innermost(view: SlotView) -> Entry | None:
@@ -85,7 +87,8 @@ def attribute(reader: JournalReader | None, stderr_text: str = "",
         base = v.entries[-1].ts_ns if v.entries else 0
         for e in v.entries[-(STEPS_KEPT if v is chosen else OTHER_STEPS_KEPT * 2):]:
             lines.append(f"  {(e.ts_ns - base) / 1e6:+10.3f} ms  {e.describe()}")
-    return Attribution(method, chosen.slot, job, last_step, in_flight, steps, "\n".join(lines))
+    return Attribution(method, chosen.slot, job, last_step, in_flight, steps, "\n".join(lines),
+                       chosen.last.ts_ns if chosen.last else 0, inner.ts_ns if inner else 0)
 
 
 def _entry_dict(e: Entry, failing: bool) -> dict[str, Any]:

@@ -29,7 +29,9 @@ _INJECTED = struct.Struct("<Q")  # at slot offset 16: faults injected on this sl
 _SLOT_HEADER_SIZE = 64
 RECORD = struct.Struct("<QIBBBxIIiI")  # ts_ns, seq, step, phase, status, device, job, detail, aux
 RECORD_SIZE = 32
-RING_LEN: int = 512  # records per thread: ~130 invocations of history; 16 KiB per thread
+RING_LEN: int = 512  # records per thread (a power of 2): ~80 invocations of history; 16 KiB
+_pack = RECORD.pack_into
+_now = time.monotonic_ns
 RECORD_DTYPE = np.dtype([("ts", "<u8"), ("seq", "<u4"), ("step", "u1"), ("phase", "u1"),
                          ("status", "u1"), ("_pad", "u1"), ("device", "<u4"), ("job", "<u4"),
                          ("detail", "<i4"), ("aux", "<u4")])
@@ -77,6 +79,9 @@ class Phase(enum.IntEnum):
     MARK = 4
 
 
+_BEGIN, _END = int(Phase.BEGIN), int(Phase.END)
+
+
 def file_size(slots: int, ring_len: int = RING_LEN) -> int:
     return _HEADER_SIZE + slots * (_SLOT_HEADER_SIZE + ring_len * RECORD_SIZE)
 
@@ -89,6 +94,8 @@ class JournalWriter:
     """Worker side. Slots are handed to threads; each thread writes only its own slot."""
 
     def __init__(self, path: Path, slots: int, ring_len: int = RING_LEN):
+        if ring_len & (ring_len - 1):
+            raise ValueError("ring_len must be a power of 2")
         self.path, self.slots, self.ring_len = path, slots, ring_len
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
@@ -115,12 +122,15 @@ class JournalWriter:
 
 
 class SlotWriter:
-    __slots__ = ("_base", "_hook", "_journal", "_mm", "_ring", "job", "seq", "slot")
+    """Hot path: every HAL step of a worker thread passes here twice; kept to one pack_into."""
+
+    __slots__ = ("_base", "_journal", "_mask", "_mm", "_ring", "job", "seq", "slot")
 
     def __init__(self, journal: JournalWriter, slot: int):
         self._journal = journal
         self._mm = journal._mm
         self._ring = journal.ring_len
+        self._mask = journal.ring_len - 1
         self._base = _slot_offset(slot, journal.ring_len) + _SLOT_HEADER_SIZE
         self.slot = slot
         self.seq = 0
@@ -133,18 +143,23 @@ class SlotWriter:
                aux: int = 0) -> None:
         seq = self.seq + 1
         self.seq = seq
-        RECORD.pack_into(self._mm, self._base + (seq % self._ring) * RECORD_SIZE,
-                         time.monotonic_ns(), seq, step, phase, status, device, self.job,
-                         detail, aux)
+        _pack(self._mm, self._base + (seq & self._mask) * RECORD_SIZE, _now(), seq, step, phase,
+              status, device, self.job, detail, aux)
 
     def begin(self, step: Step, device: int = 0, aux: int = 0) -> None:
-        self.record(step, Phase.BEGIN, device, 0, 0, aux)
+        seq = self.seq + 1
+        self.seq = seq
+        _pack(self._mm, self._base + (seq & self._mask) * RECORD_SIZE, _now(), seq, step,
+              _BEGIN, 0, device, self.job, 0, aux)
         hook = self._journal.on_begin
         if hook is not None:
             hook(self, step)
 
     def end(self, step: Step, device: int = 0, aux: int = 0) -> None:
-        self.record(step, Phase.END, device, 0, 0, aux)
+        seq = self.seq + 1
+        self.seq = seq
+        _pack(self._mm, self._base + (seq & self._mask) * RECORD_SIZE, _now(), seq, step,
+              _END, 0, device, self.job, 0, aux)
 
     def fail(self, step: Step, device: int = 0, status: int = 1) -> None:
         self.record(step, Phase.FAIL, device, status)

@@ -31,6 +31,7 @@ from stress.programs.cache import atomic_write
 from stress.store.db import RunStore
 
 _TICK_S: float = 0.05  # crash noticed within one tick (+ the pipe EOF wakes us at once)
+_WATCHDOG_PERIOD_S: float = 0.1  # journal scans are cheap, but not free at 300 wake-ups/s
 _STARTUP_TIMEOUT_S: float = 120.0  # importing numpy + iree.runtime on a loaded box
 _MAX_FAILURE_FOLDERS: int = 200  # past this, failures are recorded without a folder
 _PROCESS_PER_JOB = "process-per-job"
@@ -70,6 +71,7 @@ class Session:
         self.progress = Progress(config, self)
         self.phases: dict[str, list[float]] = {}
         # process-per-job runs beside the pool on half the worker budget (all of it when alone)
+        self.last_watchdog = 0.0
         self.ppj_slots = config.workers if not self.pool_patterns else max(1, config.workers // 2)
 
     # ---- setup -------------------------------------------------------------------------
@@ -270,6 +272,7 @@ class Session:
 
     def handle_exit(self, h: WorkerHandle, rc: int) -> None:
         """A worker process ended. A crash unless it said bye and exited 0, or we killed it."""
+        noticed_ns = time.monotonic_ns()
         while h.pump():
             pass
         self._drain(h)
@@ -289,10 +292,14 @@ class Session:
                 "telemetry_after.json": json.dumps(after, indent=1),
                 "stacks.txt": "process was already dead; see stderr.tail for faulthandler's "
                               "stacks of every thread\n",
-                "failure.json": json.dumps({"class": "crash", "signal": sig, "exit_code": rc,
-                                            "last_step": attr.last_step,
-                                            "in_flight": attr.in_flight,
-                                            "attribution": attr.method}, indent=1)})
+                "failure.json": json.dumps({
+                    "class": "crash", "signal": sig, "exit_code": rc,
+                    "last_step": attr.last_step, "in_flight": attr.in_flight,
+                    "attribution": attr.method,
+                    # upper bound: the last journal record precedes the death
+                    "timing": {"noticed_after_last_record_s":
+                               (noticed_ns - attr.last_record_ns) / 1e9
+                               if attr.last_record_ns else None}}, indent=1)})
             self.record_failure(FailureClass.CRASH, h, job, sig, attr, message, folder)
             self.requeue(h, job)
             self.restart(h)
@@ -303,6 +310,7 @@ class Session:
         """The watchdog found a step past its deadline: evidence first, then the kill."""
         cls = FailureClass.TEARDOWN_HANG if step.is_teardown() else FailureClass.HANG
         backend = self.cfg.target.backend.value
+        declared_ns = time.monotonic_ns()
         t0 = time.monotonic()
         before = telemetry.snapshot(backend)
         stacks = evidence.dump_stacks(h.pid, h.stderr_path)
@@ -320,7 +328,9 @@ class Session:
         message = (f"worker {h.name} stuck in {attr.last_step} for more than {deadline:g} s "
                    f"while running {self._job_text(job)}")
         timing = {"stacks_s": t_stacks - t0, "kill_s": t_killed - t_stacks,
-                  "evidence_and_kill_s": t_killed - t0}
+                  "evidence_and_kill_s": t_killed - t0, "deadline_s": deadline,
+                  "declared_after_step_begin_s": (declared_ns - attr.step_begin_ns) / 1e9
+                  if attr.step_begin_ns else None}
         self.write_evidence(folder, h, job, attr, {
             "stacks.txt": f"# {stacks.tool}\n{stacks.text}",
             "telemetry_before.json": json.dumps(before, indent=1),
@@ -412,12 +422,16 @@ class Session:
             time.sleep(_TICK_S)
         for fd in ready:
             fds[fd].pump()
+        now = time.monotonic()
+        scan = now - self.last_watchdog >= _WATCHDOG_PERIOD_S
+        if scan:
+            self.last_watchdog = now
         for h in list(self.workers.values()):
             self._drain(h)
             rc = h.poll()
             if rc is not None:
                 self.handle_exit(h, rc)
-            else:
+            elif scan:
                 self.watchdog(h)
         elapsed = time.monotonic() - self.started
         if self.cfg.duration_s is not None and elapsed >= self.cfg.duration_s:

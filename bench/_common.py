@@ -1,0 +1,40 @@
+"""Helpers shared by the benchmark scripts (they print ratios measured within one run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def soak(*args: str, timeout: float = 900) -> dict[str, Any]:
+    env = {**os.environ}
+    out = subprocess.run([sys.executable, "-m", "stress", "soak", "--json", "-q", *args],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+    if out.returncode not in (0, 1):
+        raise SystemExit(f"soak failed ({out.returncode}): {out.stderr[-2000:]}")
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def steady_rate(run_dir: str) -> float:
+    """Invocations per second from the first job's start to the last job's end: counts the
+    harness's own gaps between jobs, but not interpreter start-up (nor does the bare loop)."""
+    import sqlite3
+
+    db = sqlite3.connect(Path(run_dir) / "stress.db")
+    inv, t0, t1 = db.execute("SELECT SUM(invocations), MIN(started_at), MAX(ended_at) "
+                             "FROM jobs").fetchone()
+    return float(inv) / (t1 - t0)
+
+
+def vmfb(program: str, target: str = "cpu") -> Path:
+    from stress.programs import corpus, targets
+    from stress.programs.cache import ArtifactCache, default_cache_dir
+
+    cache = ArtifactCache(default_cache_dir())
+    return cache.get_or_compile(corpus.by_name()[program], targets.parse(target)).path

@@ -1,0 +1,57 @@
+"""How fast failures are noticed (issue #4 goals): crash noticed <= 0.5 s after death, hang
+declared <= deadline + 1 s, evidence + kill <= 10 s. Reads the timings each failure folder
+records (CLOCK_MONOTONIC, shared by parent and workers)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from _common import soak
+
+
+def timings(run_dir: str, key: str) -> list[float]:
+    out = []
+    for f in Path(run_dir, "failures").glob("*/failure.json"):
+        t = json.loads(f.read_text()).get("timing", {}).get(key)
+        if t is not None:
+            out.append(float(t))
+    return out
+
+
+def show(label: str, values: list[float], goal: float) -> None:
+    if not values:
+        print(f"{label:44s} no samples")
+        return
+    worst = max(values)
+    print(f"{label:44s} n={len(values):3d}  median {statistics.median(values):6.3f} s  "
+          f"max {worst:6.3f} s  goal <= {goal:g} s  {'OK' if worst <= goal else 'MISSED'}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--timeout", type=float, default=2.0)
+    args = ap.parse_args()
+    common = ["--target", "cpu", "--programs", "unary.*.f32.*", "--workers", "2",
+              "--seed", "7", "--timeout", f"{args.timeout}s", "--teardown-timeout",
+              f"{args.timeout}s"]
+    with tempfile.TemporaryDirectory() as tmp:
+        crash = soak(*common, "--inject", "segv@invoke:0.001", "--max-failures", "20",
+                     "--duration", "120s", "--results", f"{tmp}/crash")
+        show("crash noticed after the worker's last record",
+             timings(crash["results_dir"], "noticed_after_last_record_s"), 0.5)
+        hang = soak(*common, "--inject", "hang@invoke:0.002", "--inject",
+                    "hang@device-release:0.01", "--max-failures", "10", "--duration", "180s",
+                    "--results", f"{tmp}/hang")
+        declared = timings(hang["results_dir"], "declared_after_step_begin_s")
+        show(f"hang declared after step begin (deadline {args.timeout:g} s)", declared,
+             args.timeout + 1.0)
+        show("evidence (telemetry, stacks) + kill", timings(hang["results_dir"],
+                                                             "evidence_and_kill_s"), 10.0)
+
+
+if __name__ == "__main__":
+    main()

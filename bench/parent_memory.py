@@ -1,0 +1,53 @@
+"""Parent memory over a long run (issue #3 goal: RSS growth < 10 MB over 10^6 invocations).
+Samples the soak parent's RSS once a second; growth is measured from the end of warm-up
+(the first 5% of invocations) to the end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+from _common import ROOT
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--invocations", type=int, default=1_000_000)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [sys.executable, "-m", "stress", "soak", "--target", "cpu", "--json", "-q",
+                "--patterns", "shared,per-thread", "--programs", "binary.add.f32.3x5x7+3x5x7",
+                "--invocations", str(args.invocations), "--seed", "1",
+                "--results", f"{tmp}/run"]
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                env={**os.environ})
+        ps = psutil.Process(proc.pid)
+        samples: list[tuple[float, float]] = []
+        t0 = time.monotonic()
+        while proc.poll() is None:
+            try:
+                samples.append((time.monotonic() - t0, ps.memory_info().rss / 2**20))
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(1.0)
+        out, _ = proc.communicate()
+    summary = json.loads(out)
+    n = summary["invocations"]
+    warm = samples[max(1, len(samples) // 20)]
+    end = samples[-1]
+    peak = max(s[1] for s in samples)
+    growth = end[1] - warm[1]
+    print(f"invocations {n:,} in {summary['duration_s']:.0f} s, {summary['jobs']:,} jobs")
+    print(f"parent RSS: after warm-up {warm[1]:.1f} MiB (t={warm[0]:.0f}s), end {end[1]:.1f} MiB,"
+          f" peak {peak:.1f} MiB")
+    print(f"growth {growth:+.1f} MiB  goal < 10 MB  {'OK' if growth < 10 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
