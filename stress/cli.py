@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,38 @@ def soak(**kw: Any) -> None:
     else:
         click.echo(summary_table(summary))
     sys.exit(EXIT_FAILURES if summary["failed"] else EXIT_OK)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("run_dirs", nargs=-1, required=True,
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "html", "json"]),
+              default="text", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report here instead of stdout.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write JUnit XML (one testcase per program x pattern).")
+def report(run_dirs: tuple[Path, ...], fmt: str, output: Path | None,
+           junit: Path | None) -> None:
+    """Failure signatures, HAL-sequence correlation and factor rates of one or more runs
+    (complete or killed midway). Exit 1 when any run had failures."""
+    from stress.analysis import html
+    from stress.analysis import junit as junit_mod
+    from stress.analysis import report as report_mod
+    from stress.programs.cache import atomic_write
+
+    r = report_mod.build(list(run_dirs))
+    renderers: dict[str, Callable[[report_mod.Report], str]] = {
+        "text": report_mod.render_text, "markdown": report_mod.render_markdown,
+        "html": html.render, "json": lambda x: json.dumps(x.as_dict(), indent=1)}
+    text = renderers[fmt](r)
+    if output:
+        atomic_write(output, text.encode())
+    else:
+        click.echo(text)
+    if junit:
+        atomic_write(junit, junit_mod.render(r).encode())
+    sys.exit(EXIT_FAILURES if r.signatures else EXIT_OK)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stress.analysis.report import signature_summaries
 from stress.engine.config import SoakConfig
 from stress.engine.patterns import ALL_PATTERNS
 from stress.engine.probe import LIBRARY_HINT, probe
@@ -142,4 +143,4 @@ def run_soak(opts: SoakOptions) -> dict[str, Any]:
         progress=opts.progress, compiler_version=report.compiler_version,
         tool_version=__version__)
     Session(config, run_id, run_dir).run()
-    return summary_mod.write(run_dir)
+    return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})

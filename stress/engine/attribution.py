@@ -23,6 +23,7 @@ class Attribution:
     in_flight: list[str] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     journal_text: str = ""
+    native_tid: int = 0  # the failing thread's OS thread id (to find it in stack dumps)
     last_record_ns: int = 0  # newest record of the failing thread (CLOCK_MONOTONIC)
     step_begin_ns: int = 0  # begin of its innermost in-flight step
 
@@ -88,7 +89,16 @@ def attribute(reader: JournalReader | None, stderr_text: str = "",
         for e in v.entries[-(STEPS_KEPT if v is chosen else OTHER_STEPS_KEPT * 2):]:
             lines.append(f"  {(e.ts_ns - base) / 1e6:+10.3f} ms  {e.describe()}")
     return Attribution(method, chosen.slot, job, last_step, in_flight, steps, "\n".join(lines),
-                       chosen.last.ts_ns if chosen.last else 0, inner.ts_ns if inner else 0)
+                       chosen.native_tid, chosen.last.ts_ns if chosen.last else 0,
+                       inner.ts_ns if inner else 0)
+
+
+def window_tokens(steps: list[dict[str, Any]], k: int = 12) -> list[str]:
+    """The failing (or sampled) thread's last k steps as `phase:step` tokens, oldest first,
+    without the job brackets and injection marks (harness bookkeeping, not HAL calls)."""
+    out = [f"{s['phase']}:{s['step']}" for s in steps
+           if s.get("failing") and s["step"] not in ("job", "inject")]
+    return out[-k:]
 
 
 def _entry_dict(e: Entry, failing: bool) -> dict[str, Any]:

@@ -52,10 +52,27 @@ class FailureNote:
     message: str
     invocation: int
     device: int
+    window: list[tuple[str, str]] = field(default_factory=list)  # (phase, step), oldest first
 
     def as_dict(self) -> dict[str, Any]:
         return {"class": self.cls, "step": self.step, "message": self.message[:2000],
-                "invocation": self.invocation, "device": self.device}
+                "invocation": self.invocation, "device": self.device,
+                "window": [list(w) for w in self.window]}
+
+    def key(self) -> str:
+        return f"{self.cls}|{self.step}|{message_key(self.message)}"
+
+
+def message_key(message: str) -> str:
+    """A message with its numbers and addresses blanked: errors that differ only in values
+    group together."""
+    import re
+
+    head = message.strip().splitlines()[0] if message.strip() else ""
+    return re.sub(r"0x[0-9a-f]+|\d+(\.\d+)?(e-?\d+)?", "#", head)[:120]
+
+
+WINDOW_STEPS: int = 12  # journal records kept as the window before a failure
 
 
 @dataclass
@@ -71,6 +88,14 @@ class JobResult:
     latency_sum_us: float = 0.0
     latency_max_us: float = 0.0
     failures: list[FailureNote] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)  # FailureNote.key() -> occurrences
+
+    def note(self, n: FailureNote, writer: SlotWriter) -> None:
+        key = n.key()
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if len(self.failures) < _MAX_NOTES:
+            n.window = writer.tail(WINDOW_STEPS)
+            self.failures.append(n)
 
     def add_latency(self, seconds: float) -> None:
         us = seconds * 1e6
@@ -87,7 +112,8 @@ class JobResult:
                 "devices_released": self.devices_released,
                 "latency_hist": self.latency_hist, "latency_sum_us": self.latency_sum_us,
                 "latency_max_us": self.latency_max_us,
-                "failures": [f.as_dict() for f in self.failures[:_MAX_NOTES]]}
+                "failures": [f.as_dict() for f in self.failures[:_MAX_NOTES]],
+                "counts": self.counts}
 
 
 _MAX_NOTES = 5  # failure notes sent per job; the counts carry the rest
@@ -283,7 +309,7 @@ def timed_call(lp: LoadedProgram, inputs: list[HostArray], writer: SlotWriter, d
         outs = lp.call(inputs, writer, device_id)
     except InvocationError as exc:
         result.errors += 1
-        result.failures.append(FailureNote("error", exc.step.label, str(exc), index, device_id))
+        result.note(FailureNote("error", exc.step.label, str(exc), index, device_id), writer)
         return
     result.add_latency(time.perf_counter() - t0)
     corrupted_at = corrupt_pending.pop(writer.slot, None) if corrupt_pending else None
@@ -296,4 +322,4 @@ def timed_call(lp: LoadedProgram, inputs: list[HostArray], writer: SlotWriter, d
     else:
         result.miscompare += 1
         step = corrupted_at or Step.CHECK.label  # an injected corruption names its step
-        result.failures.append(FailureNote("miscompare", step, message, index, device_id))
+        result.note(FailureNote("miscompare", step, message, index, device_id), writer)

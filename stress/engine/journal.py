@@ -161,6 +161,19 @@ class SlotWriter:
         _pack(self._mm, self._base + (seq & self._mask) * RECORD_SIZE, _now(), seq, step,
               _END, 0, device, self.job, 0, aux)
 
+    def tail(self, k: int) -> list[tuple[str, str]]:
+        """(phase, step) of this slot's last k records, oldest first, skipping marks: the
+        window attached to a failure the worker itself detects (error, miscompare)."""
+        recs = np.frombuffer(self._mm, RECORD_DTYPE, self._ring, self._base)
+        recs = recs[recs["seq"] > 0]
+        recs = recs[np.argsort(recs["seq"], kind="stable")][-(k + 4):]
+        out = []
+        for r in recs:
+            if r["phase"] == Phase.MARK:
+                continue
+            out.append((Phase(int(r["phase"])).name.lower(), Step(int(r["step"])).label))
+        return out[-k:]
+
     def fail(self, step: Step, device: int = 0, status: int = 1) -> None:
         self.record(step, Phase.FAIL, device, status)
 

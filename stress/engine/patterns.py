@@ -357,6 +357,8 @@ def _merge(into: JobResult, other: JobResult) -> None:
     into.latency_max_us = max(into.latency_max_us, other.latency_max_us)
     into.latency_hist = [a + b for a, b in zip(into.latency_hist, other.latency_hist, strict=True)]
     into.failures.extend(other.failures)
+    for k, v in other.counts.items():
+        into.counts[k] = into.counts.get(k, 0) + v
 
 
 def _raise_first(errors: list[BaseException]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import select
 import shlex
 import signal
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.engine import evidence, telemetry
-from stress.engine.attribution import Attribution, attribute
+from stress.engine.attribution import Attribution, attribute, window_tokens
 from stress.engine.config import SoakConfig
 from stress.engine.failures import FailureClass, signal_name
 from stress.engine.jobs import Job, schedule
@@ -32,6 +33,8 @@ from stress.store.db import RunStore
 
 _TICK_S: float = 0.05  # crash noticed within one tick (+ the pipe EOF wakes us at once)
 _WATCHDOG_PERIOD_S: float = 0.1  # journal scans are cheap, but not free at 300 wake-ups/s
+_HEALTHY_SAMPLE_PERIOD_S: float = 0.2  # healthy journal windows: the baseline of correlation
+_HEALTHY_SAMPLES_MAX: int = 4000  # per run; enough for stable frequencies, bounded storage
 _STARTUP_TIMEOUT_S: float = 120.0  # importing numpy + iree.runtime on a loaded box
 _MAX_FAILURE_FOLDERS: int = 200  # past this, failures are recorded without a folder
 _PROCESS_PER_JOB = "process-per-job"
@@ -72,6 +75,9 @@ class Session:
         self.phases: dict[str, list[float]] = {}
         # process-per-job runs beside the pool on half the worker budget (all of it when alone)
         self.last_watchdog = 0.0
+        self.last_sample = 0.0
+        self.healthy_samples = 0
+        self.sample_rng = random.Random(config.seed)
         self.ppj_slots = config.workers if not self.pool_patterns else max(1, config.workers // 2)
 
     # ---- setup -------------------------------------------------------------------------
@@ -211,9 +217,13 @@ class Session:
         self.invocations_by_pattern[job.pattern] += res["invocations"]
         self.failures_by_class[FailureClass.ERROR.value] += res["errors"]
         self.failures_by_class[FailureClass.MISCOMPARE.value] += res["miscompare"]
+        if res.get("counts"):
+            self.store.add_failure_counts(self.run_id, payload["job"], res["counts"])
         for note in res["failures"]:
+            steps = [{"phase": ph, "step": st, "failing": True} for ph, st in note["window"]]
             self.record_failure(FailureClass(note["class"]), h, job, None,
-                                Attribution("worker-report", last_step=note["step"]),
+                                Attribution("worker-report", last_step=note["step"],
+                                            steps=steps),
                                 note["message"], folder=None, count=False)
         self.failure_count += res["errors"] + res["miscompare"]
 
@@ -337,6 +347,7 @@ class Session:
             "telemetry_after.json": json.dumps(after, indent=1),
             "failure.json": json.dumps({"class": cls.value, "last_step": attr.last_step,
                                         "in_flight": attr.in_flight, "timing": timing,
+                                        "native_tid": attr.native_tid,
                                         "attribution": attr.method}, indent=1)})
         self.record_failure(cls, h, job, None, attr, message, folder)
         self.requeue(h, job)
@@ -386,6 +397,29 @@ class Session:
             name, payload = h.inbox.popleft()
             self.dispatch(h, name, payload)
 
+    def sample_healthy(self) -> None:
+        """Snapshots one random busy thread's recent steps: what threads do when nothing
+        fails. Failure windows are compared against these."""
+        if self.healthy_samples >= _HEALTHY_SAMPLES_MAX:
+            return
+        live = [h for h in self.workers.values() if h.state is State.RUNNING and h.outstanding]
+        if not live:
+            return
+        h = self.sample_rng.choice(live)
+        reader = h.journal()
+        if reader is None:
+            return
+        views = [v for v in reader.all_slots() if v.in_flight()]
+        if not views:
+            return
+        view = self.sample_rng.choice(views)
+        attr = attribute(reader, "", slot_hint=view.slot)
+        tokens = window_tokens(attr.steps)
+        job = h.outstanding.get(attr.job_index) if attr.job_index is not None else None
+        self.store.add_window(self.run_id, "healthy", job.pattern if job else None, tokens,
+                              attr.in_flight)
+        self.healthy_samples += 1
+
     # ---- watchdog ----------------------------------------------------------------------
     def watchdog(self, h: WorkerHandle) -> None:
         now = time.monotonic()
@@ -433,6 +467,9 @@ class Session:
                 self.handle_exit(h, rc)
             elif scan:
                 self.watchdog(h)
+        if now - self.last_sample >= _HEALTHY_SAMPLE_PERIOD_S:
+            self.last_sample = now
+            self.sample_healthy()
         elapsed = time.monotonic() - self.started
         if self.cfg.duration_s is not None and elapsed >= self.cfg.duration_s:
             self.stop("duration reached")

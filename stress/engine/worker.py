@@ -167,7 +167,7 @@ class Worker:
             step = getattr(exc, "step", None)
             label = step.label if isinstance(step, Step) else "job"
             message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"
-            result.failures.append(FailureNote("error", label, message, -1, 0))
+            result.note(FailureNote("error", label, message, -1, 0), writer)
         writer.end(Step.JOB, aux=job.invocations)
         if job.pattern == "shared":
             self.last_shared_job = job.index

@@ -54,9 +54,23 @@ def _m002_phases(db: sqlite3.Connection) -> None:
     """)
 
 
+def _m003_windows(db: sqlite3.Connection) -> None:
+    db.executescript("""
+    CREATE TABLE failure_counts (
+        run_id TEXT NOT NULL, job_index INTEGER NOT NULL, program TEXT NOT NULL,
+        pattern TEXT NOT NULL, key TEXT NOT NULL, count INTEGER NOT NULL);
+    CREATE INDEX failure_counts_by_run ON failure_counts(run_id);
+    CREATE TABLE windows (
+        id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, kind TEXT NOT NULL, t REAL NOT NULL,
+        pattern TEXT, tokens TEXT NOT NULL, in_flight TEXT NOT NULL);
+    CREATE INDEX windows_by_run ON windows(run_id, kind);
+    """)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "m001_initial", _m001_initial),
     (2, "m002_phases", _m002_phases),
+    (3, "m003_windows", _m003_windows),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -148,6 +162,19 @@ class RunStore:
              f.get("detected_at", time.time()), f.get("elapsed_s", 0.0)))
         self.flush()  # failures are rare and precious: commit now
         return int(cur.lastrowid or 0)
+
+    def add_failure_counts(self, run_id: str, job: dict[str, Any], counts: dict[str, int]) -> None:
+        self.db.executemany("INSERT INTO failure_counts VALUES (?,?,?,?,?,?)",
+                            [(run_id, job["index"], job["program"], job["pattern"], k, n)
+                             for k, n in counts.items()])
+        self._bump()
+
+    def add_window(self, run_id: str, kind: str, pattern: str | None, tokens: list[str],
+                   in_flight: list[str]) -> None:
+        self.db.execute("INSERT INTO windows (run_id, kind, t, pattern, tokens, in_flight) "
+                        "VALUES (?,?,?,?,?,?)", (run_id, kind, time.time(), pattern,
+                                                 json.dumps(tokens), json.dumps(in_flight)))
+        self._bump()
 
     def add_worker(self, run_id: str, worker: int, gen: int, pid: int) -> int:
         cur = self.db.execute(

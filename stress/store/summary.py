@@ -72,7 +72,9 @@ def _build(db: sqlite3.Connection, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def write(run_dir: Path) -> dict[str, Any]:
+def write(run_dir: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Rebuilds summary.json; `extra` adds keys computed by higher stages (signatures)."""
     summary = build(run_dir)
+    summary.update(extra or {})
     atomic_write(run_dir / SUMMARY_NAME, (json.dumps(summary, indent=1) + "\n").encode())
     return summary

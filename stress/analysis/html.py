@@ -1,0 +1,160 @@
+"""The HTML report: one self-contained file (inline CSS + SVG, no script, no fetches), so it
+opens offline and attaches to a bug report as is."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from stress.analysis.report import Report
+from stress.analysis.stats import rate_per_1k
+from stress.engine.invocation import LATENCY_BUCKETS
+
+_W, _H, _PAD = 640, 220, 44
+_TIME_BINS: int = 30
+
+
+def _bars(title: str, labels: list[str], values: list[float], ylabel: str,
+          whiskers: list[tuple[float, float]] | None = None, cls: str = "plot") -> str:
+    n = max(1, len(values))
+    top = max([*values, *(hi for _, hi in (whiskers or []))], default=0.0) or 1.0
+    bw = (_W - 2 * _PAD) / n
+    parts = [f'<svg class="{cls}" role="img" aria-label="{html.escape(title)}" '
+             f'viewBox="0 0 {_W} {_H + 60}" width="{_W}" height="{_H + 60}" '
+             f'xmlns="http://www.w3.org/2000/svg">',
+             f'<text x="{_W / 2}" y="16" text-anchor="middle" class="t">{html.escape(title)}'
+             f'</text>',
+             f'<line x1="{_PAD}" y1="{_H}" x2="{_W - _PAD}" y2="{_H}" stroke="#444"/>',
+             f'<line x1="{_PAD}" y1="28" x2="{_PAD}" y2="{_H}" stroke="#444"/>',
+             f'<text x="4" y="34" class="s">{top:.3g}</text>',
+             f'<text x="4" y="{_H}" class="s">0</text>',
+             f'<text x="{_PAD}" y="{_H + 54}" class="s">{html.escape(ylabel)}</text>']
+    for i, v in enumerate(values):
+        h = (_H - 30) * v / top
+        x = _PAD + i * bw
+        parts.append(f'<rect class="bar" x="{x + 1:.1f}" y="{_H - h:.1f}" '
+                     f'width="{max(1.0, bw - 2):.1f}" height="{h:.1f}">'
+                     f'<title>{html.escape(labels[i])}: {v:.4g}</title></rect>')
+        if whiskers:
+            lo, hi = whiskers[i]
+            cx = x + bw / 2
+            y1, y2 = _H - (_H - 30) * lo / top, _H - (_H - 30) * hi / top
+            parts.append(f'<line x1="{cx:.1f}" y1="{y1:.1f}" x2="{cx:.1f}" y2="{y2:.1f}" '
+                         f'stroke="#000"/>')
+        if n <= 16 or i % max(1, n // 8) == 0:
+            parts.append(f'<text x="{x + bw / 2:.1f}" y="{_H + 14}" class="s" '
+                         f'text-anchor="end" transform="rotate(-30 {x + bw / 2:.1f} {_H + 14})">'
+                         f'{html.escape(labels[i][:18])}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _rate_over_time(r: Report) -> str:
+    jobs = r.data.jobs
+    if not jobs:
+        return _bars("Failure rate over time", [], [], "per 1,000 invocations")
+    t0 = min(float(j["started_at"]) for j in jobs)
+    t1 = max(float(j["ended_at"]) for j in jobs)
+    span = max(t1 - t0, 1e-6)
+    inv = [0] * _TIME_BINS
+    fails = [0] * _TIME_BINS
+
+    def b(t: float) -> int:
+        return min(_TIME_BINS - 1, max(0, int((t - t0) / span * _TIME_BINS)))
+
+    for j in jobs:
+        i = b(float(j["ended_at"]))
+        inv[i] += int(j["invocations"])
+        fails[i] += int(j["errors"]) + int(j["miscompare"])
+    for f in r.data.failures:
+        if f["class"] in ("crash", "hang", "teardown_hang"):
+            i = b(float(f["detected_at"]))
+            fails[i] += 1
+            inv[i] += 1
+    labels = [f"{(k + 0.5) * span / _TIME_BINS:.0f}s" for k in range(_TIME_BINS)]
+    values = [1000.0 * f / n if n else 0.0 for f, n in zip(fails, inv, strict=True)]
+    return _bars("Failure rate over time", labels, values, "per 1,000 invocations (x: time)")
+
+
+def _per_pattern(r: Report) -> str:
+    rows = [f for f in r.factors if f.factor == "pattern"]
+    return _bars("Failure rate per pattern (95% Wilson CI)", [f.value for f in rows],
+                 [f.rate_per_1k for f in rows], "per 1,000 invocations",
+                 [(f.ci_low, f.ci_high) for f in rows])
+
+
+def _signature_bars(r: Report) -> str:
+    sigs = r.signatures[:20]
+    return _bars("Failures per signature", [f"{s.id} {s.cls}" for s in sigs],
+                 [float(s.count) for s in sigs], "count")
+
+
+def _latency(r: Report) -> str:
+    hist = [0] * LATENCY_BUCKETS
+    for j in r.data.jobs:
+        for i, n in enumerate(json.loads(j["latency_hist"])):
+            hist[i] += n
+    labels = [f"{1 << i}us" if i < 10 else f"{(1 << i) / 1000:.0f}ms"
+              for i in range(LATENCY_BUCKETS)]
+    return _bars("Invocation latency (upload + invoke + read back)", labels,
+                 [float(n) for n in hist], "invocations per log2 bucket")
+
+
+_CSS = """body{font:14px system-ui,sans-serif;margin:24px;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:3px 8px;
+text-align:left;vertical-align:top}th{background:#f3f3f3}.bar{fill:#3b6ea5}
+.t{font:bold 13px sans-serif}.s{font:10px sans-serif;fill:#333}.note{color:#a33}
+.plots{display:flex;flex-wrap:wrap;gap:12px}code{background:#f6f6f6;padding:0 3px}"""
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    h = "".join(f"<th>{html.escape(c)}</th>" for c in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<table><tr>{h}</tr>{body}</table>"
+
+
+def render(r: Report) -> str:
+    runs = _table(["run", "seed", "status", "invocations", "duration", "crash", "hang",
+                   "teardown_hang", "error", "miscompare"],
+                  [[s["run_id"], str(s["seed"]), s["status"], f"{s['invocations']:,}",
+                    f"{s['duration_s']:.1f}s", *(str(s["failures"][k]) for k in
+                    ("crash", "hang", "teardown_hang", "error", "miscompare"))]
+                   for s in r.summaries])
+    sigs = _table(["id", "count", "per 1k [95% CI]", "signature", "patterns", "example"],
+                  [[s.id, str(s.count), f"{s.rate_per_1k:.3f} [{s.ci_low:.3f}, {s.ci_high:.3f}]",
+                    s.describe(), ", ".join(p for p, _ in s.patterns.most_common(4)),
+                    s.example or ""] for s in r.signatures])
+    corr = []
+    for c in r.correlations:
+        note = f'<p class="note">{html.escape(c.note)}</p>' if c.note else ""
+        corr.append(f"<h3>HAL steps before {html.escape(c.signature)}</h3>{note}" + _table(
+            ["feature", "in failure windows", "in healthy windows", "lift"],
+            [[x.feature, f"{x.in_failures}/{x.failures}", f"{x.in_healthy}/{x.healthy}",
+              f"{x.lift:.1f}"] for x in c.lifts]))
+    factors = _table(["factor", "value", "failures", "invocations", "per 1k [95% CI]", "note"],
+                     [[f.factor, f.value, str(f.failures), f"{f.invocations:,}",
+                       f"{f.rate_per_1k:.3f} [{f.ci_low:.3f}, {f.ci_high:.3f}]", f.note]
+                      for f in r.factors])
+    manifest = r.summaries[0]["manifest"] if r.summaries else {}
+    facts = _table(["fact", "value"], [[k, str(manifest.get(k))] for k in (
+        "iree_compiler", "iree_runtime", "driver", "device_uri", "loaded_gpu_libraries",
+        "host", "kernel", "cpu", "command", "tool_version")])
+    plots = "".join([_rate_over_time(r), _per_pattern(r), _signature_bars(r), _latency(r)])
+    total = sum(s["invocations"] for s in r.summaries)
+    overall = rate_per_1k(sum(s.count for s in r.signatures), max(1, total))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>iree-stress report</title>
+<style>{_CSS}</style></head><body>
+<h1>iree-stress report</h1>
+<p>{total:,} invocations; {sum(s.count for s in r.signatures):,} failures
+({overall[0]:.3f} per 1,000, 95% CI [{overall[1]:.3f}, {overall[2]:.3f}]) in
+{len(r.signatures)} signature(s); {r.healthy_windows} healthy journal windows sampled.</p>
+<h2>Runs</h2>{runs}
+<h2>Plots</h2><div class="plots">{plots}</div>
+<h2>Signatures</h2>{sigs}
+<h2>Correlation with HAL call sequences</h2>{"".join(corr) or "<p>No failures.</p>"}
+<h2>Failure rate by factor</h2>{factors}
+<h2>Environment</h2>{facts}
+</body></html>
+"""

@@ -1,0 +1,66 @@
+"""JUnit XML: one testcase per program x pattern; failures carry their signature and the
+evidence folder. Follows the schema Jenkins, GitLab and GitHub reporters read (testsuites >
+testsuite > testcase > failure|error)."""
+
+from __future__ import annotations
+
+import socket
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from typing import Any
+
+from stress.analysis.report import Report
+
+_ERROR_CLASSES = {"crash", "hang", "teardown_hang", "error"}  # <error>; miscompare: <failure>
+
+
+def render(r: Report) -> str:
+    cases: dict[tuple[str, str], dict[str, Any]] = defaultdict(
+        lambda: {"time": 0.0, "invocations": 0, "problems": []})
+    for j in r.data.jobs:
+        c = cases[(j["program"], j["pattern"])]
+        c["time"] += float(j["ended_at"]) - float(j["started_at"])
+        c["invocations"] += int(j["invocations"])
+    for s in r.signatures:
+        per_case: dict[tuple[str, str], int] = defaultdict(int)
+        for row in s.rows:
+            if row["program"] and row["pattern"]:
+                per_case[(row["program"], row["pattern"])] += 1
+        if s.cls in ("error", "miscompare"):  # exact counts per program x pattern
+            per_case = defaultdict(int)
+            for cnt in r.data.counts:
+                cls, step, _msg = cnt["key"].split("|", 2)
+                if cls == s.cls and step == (s.last_step or ""):
+                    per_case[(cnt["program"], cnt["pattern"])] += int(cnt["count"])
+        for key, n in per_case.items():
+            example = next((row["artifacts"] for row in s.rows if row["program"] == key[0]
+                            and row["pattern"] == key[1] and row["artifacts"]), None)
+            cases[key]["problems"].append((s, n, example))
+    root = ET.Element("testsuites", name="iree-stress")
+    suite = ET.SubElement(root, "testsuite", name="iree-stress soak",
+                          hostname=socket.gethostname())
+    failures = errors = 0
+    total_time = 0.0
+    for (program, pattern), c in sorted(cases.items()):
+        total_time += c["time"]
+        case = ET.SubElement(suite, "testcase", name=program, classname=f"soak.{pattern}",
+                             time=f"{c['time']:.3f}")
+        for s, n, example in c["problems"]:
+            tag = "error" if s.cls in _ERROR_CLASSES else "failure"
+            if tag == "error":
+                errors += 1
+            else:
+                failures += 1
+            el = ET.SubElement(case, tag, type=s.cls,
+                               message=f"{s.id}: {n} x {s.describe()}"[:1000])
+            el.text = (f"signature {s.id}: {s.describe()}\noccurrences here: {n} in "
+                       f"{c['invocations']} invocations\nevidence: {example or s.example or '-'}\n")
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("time", f"{total_time:.3f}")
+    root.set("tests", str(len(cases)))
+    root.set("failures", str(failures))
+    root.set("errors", str(errors))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode")
