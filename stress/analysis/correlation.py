@@ -5,7 +5,10 @@ A window is a thread's last steps (`begin:invoke`, `end:upload`, ...) plus what 
 it and on other threads. Failure windows are taken at the failure; healthy windows are sampled
 from running threads of the same run(s). Features: each step token, each 2-/3-gram, the last
 token, the step in flight on the thread, and each step in flight on another thread. Lift =
-P(feature | failure window) / P(feature | healthy window), both Laplace-smoothed.
+P(feature | failure window) / P(feature | healthy window), both Laplace-smoothed; features are
+ranked by a conservative lift (Wilson lower bound in failures over Wilson upper bound in healthy
+windows) so that a feature seen once in three failures and never in health does not outrank one
+seen in every failure. Only features of a majority of a signature's windows are listed.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 from stress.analysis.rundata import RunData
 from stress.analysis.signatures import Signature, failing_slot
-from stress.analysis.stats import rate_per_1k
+from stress.analysis.stats import rate_per_1k, wilson
 from stress.engine.attribution import window_tokens
 
 MIN_FAILURE_WINDOWS: int = 5  # fewer: the table is printed, flagged as anecdotal
@@ -50,11 +53,13 @@ class Lift:
     in_healthy: int
     healthy: int
     lift: float
+    conservative: float  # Wilson low (failures) / Wilson high (healthy): the ranking key
 
     def as_dict(self) -> dict[str, Any]:
         return {"feature": self.feature, "in_failures": self.in_failures,
                 "failure_windows": self.failures, "in_healthy": self.in_healthy,
-                "healthy_windows": self.healthy, "lift": round(self.lift, 2)}
+                "healthy_windows": self.healthy, "lift": round(self.lift, 2),
+                "conservative_lift": round(self.conservative, 2)}
 
 
 @dataclass
@@ -105,12 +110,13 @@ def correlate(sig: Signature, healthy: list[set[str]]) -> SignatureCorrelation:
     in_ok: Counter[str] = Counter(x for w in healthy for x in w)
     lifts = []
     for feat, a in in_fail.items():
-        if a < max(1, f // 2):  # features of a minority of windows say little
+        if 2 * a < f:  # features of a minority of the windows do not characterise them
             continue
         b = in_ok.get(feat, 0)
         lift = ((a + 0.5) / (f + 1)) / ((b + 0.5) / (h + 1))
-        lifts.append(Lift(feat, a, f, b, h, lift))
-    lifts.sort(key=lambda x: (-x.lift, -x.in_failures, x.feature))
+        conservative = wilson(a, f)[0] / max(wilson(b, h)[1], 1e-9)
+        lifts.append(Lift(feat, a, f, b, h, lift, conservative))
+    lifts.sort(key=lambda x: (-x.conservative, -x.in_failures, x.feature))
     return SignatureCorrelation(sig.id, lifts[:TOP_FEATURES], "; ".join(notes))
 
 

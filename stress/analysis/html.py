@@ -56,16 +56,18 @@ def _rate_over_time(r: Report) -> str:
     t0 = min(float(j["started_at"]) for j in jobs)
     t1 = max(float(j["ended_at"]) for j in jobs)
     span = max(t1 - t0, 1e-6)
-    inv = [0] * _TIME_BINS
-    fails = [0] * _TIME_BINS
+    inv = [0.0] * _TIME_BINS
+    fails = [0.0] * _TIME_BINS
 
     def b(t: float) -> int:
         return min(_TIME_BINS - 1, max(0, int((t - t0) / span * _TIME_BINS)))
 
-    for j in jobs:
-        i = b(float(j["ended_at"]))
-        inv[i] += int(j["invocations"])
-        fails[i] += int(j["errors"]) + int(j["miscompare"])
+    for j in jobs:  # a job's invocations and failures spread evenly over its span
+        lo, hi = b(float(j["started_at"])), b(float(j["ended_at"]))
+        share = 1.0 / (hi - lo + 1)
+        for i in range(lo, hi + 1):
+            inv[i] += int(j["invocations"]) * share
+            fails[i] += (int(j["errors"]) + int(j["miscompare"])) * share
     for f in r.data.failures:
         if f["class"] in ("crash", "hang", "teardown_hang"):
             i = b(float(f["detected_at"]))
@@ -129,9 +131,9 @@ def render(r: Report) -> str:
     for c in r.correlations:
         note = f'<p class="note">{html.escape(c.note)}</p>' if c.note else ""
         corr.append(f"<h3>HAL steps before {html.escape(c.signature)}</h3>{note}" + _table(
-            ["feature", "in failure windows", "in healthy windows", "lift"],
+            ["feature", "in failure windows", "in healthy windows", "lift", "lift (95% low)"],
             [[x.feature, f"{x.in_failures}/{x.failures}", f"{x.in_healthy}/{x.healthy}",
-              f"{x.lift:.1f}"] for x in c.lifts]))
+              f"{x.lift:.1f}", f"{x.conservative:.1f}"] for x in c.lifts]))
     factors = _table(["factor", "value", "failures", "invocations", "per 1k [95% CI]", "note"],
                      [[f.factor, f.value, str(f.failures), f"{f.invocations:,}",
                        f"{f.rate_per_1k:.3f} [{f.ci_low:.3f}, {f.ci_high:.3f}]", f.note]

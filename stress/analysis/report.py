@@ -89,10 +89,10 @@ def _correlation_lines(r: Report, markdown: bool) -> str:
     parts = []
     for c in r.correlations:
         rows = [(x.feature, f"{x.in_failures}/{x.failures}", f"{x.in_healthy}/{x.healthy}",
-                 f"{x.lift:.1f}") for x in c.lifts]
+                 f"{x.lift:.1f}", f"{x.conservative:.1f}") for x in c.lifts]
         title = f"HAL steps before {c.signature}" + (f" ({c.note})" if c.note else "")
-        parts.append(_table(title, ("feature", "in failures", "in healthy", "lift"), rows,
-                            markdown))
+        parts.append(_table(title, ("feature", "in failures", "in healthy", "lift",
+                                    "lift (95% low)"), rows, markdown))
     return "\n\n".join(parts)
 
 

@@ -204,3 +204,5 @@ def test_a_sigkilled_harness_leaves_a_readable_store_with_every_failure_so_far(
     recorded = {Path(f["artifacts"]).name for f in s["failures_detail"] if f["artifacts"]}
     assert {f.name for f in folders} <= recorded
     assert s["failures"]["crash"] >= len(folders)
+    rep = run_cli("report", str(run), "--format", "json")  # works on a run killed midway
+    assert rep.rc == 1 and rep.json()["signatures"][0]["last_step"] == "invoke"
