@@ -66,8 +66,11 @@ def programs(programs: tuple[str, ...], program_files: tuple[str, ...], kind: st
 @programs_option
 @cache_option
 @jobs_option
+@click.option("--export", "export_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Also copy the artifacts to this folder with a manifest "
+                   "(for `soak --artifacts` on a machine without a compiler).")
 def compile(target: str | None, programs: tuple[str, ...], program_files: tuple[str, ...],
-            cache_dir: str, compile_jobs: int) -> None:
+            cache_dir: str, compile_jobs: int, export_dir: Path | None) -> None:
     """Compile programs into the artifact cache (a warm cache runs no compiler)."""
     from stress.programs import cache, targets
     from stress.soak import choose_programs
@@ -80,6 +83,9 @@ def compile(target: str | None, programs: tuple[str, ...], program_files: tuple[
         click.echo(err.describe(), err=True)
     click.echo(f"{tgt.name}: {report.compiled} compiled, {report.cached} cached, "
                f"{len(report.errors)} failed ({report.compiler_version}) -> {cache_dir}")
+    if export_dir is not None:
+        click.echo(f"exported {len(report.artifacts)} artifacts -> "
+                   f"{cache.export(report, export_dir)}")
     if report.errors:
         sys.exit(EXIT_USAGE)
 
@@ -120,6 +126,8 @@ def compile(target: str | None, programs: tuple[str, ...], program_files: tuple[
               envvar="IREE_STRESS_SHARD", show_envvar=True,
               help="Run only shard I of N of the seeded plan.")
 @click.option("--job-seed", type=int, hidden=True, help="Force every job's input seed (repro).")
+@click.option("--artifacts", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Use prebuilt artifacts (from `compile --export`) instead of compiling.")
 @cache_option
 @jobs_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
@@ -155,6 +163,7 @@ def soak(**kw: Any) -> None:
         teardown_timeout_s=kw["teardown_timeout"],
         max_worker_restarts=kw["max_worker_restarts"], inject=list(kw["inject"]),
         python=kw["python"], shard=(index, count), job_seed=kw["job_seed"],
+        artifacts=kw["artifacts"],
         cache_dir=Path(kw["cache_dir"]), compile_jobs=kw["compile_jobs"],
         progress=not kw["quiet"], argv=sys.argv[2:])
     summary = run_soak(opts)

@@ -17,7 +17,7 @@ from stress.engine.probe import LIBRARY_HINT, probe
 from stress.engine.session import Session
 from stress.errors import UsageError
 from stress.programs import corpus, targets, userprog
-from stress.programs.cache import ArtifactCache
+from stress.programs.cache import ArtifactCache, load_export
 from stress.programs.program import Program
 from stress.store import summary as summary_mod
 
@@ -47,6 +47,7 @@ class SoakOptions:
     cache_dir: Path
     compile_jobs: int
     progress: bool
+    artifacts: Path | None = None
     argv: list[str] = field(default_factory=list)
 
 
@@ -66,6 +67,18 @@ def choose_programs(globs: list[str], files: list[str]) -> list[Program]:
         progs = corpus.select(globs)
     progs += [userprog.load(f) for f in files]
     return progs
+
+
+def choose_exported(arts: dict[str, tuple[Program, Path]], globs: list[str]) -> list[Program]:
+    import fnmatch
+
+    progs = [p for p, _ in arts.values()]
+    if not globs:
+        return progs
+    chosen = [p for p in progs if any(fnmatch.fnmatchcase(p.name, g) for g in globs)]
+    if not chosen:
+        raise UsageError(f"no exported program matches {', '.join(globs)}")
+    return chosen
 
 
 def resolve_target(opts: SoakOptions, python: str, env: dict[str, str]) -> tuple[
@@ -111,7 +124,9 @@ def run_soak(opts: SoakOptions) -> dict[str, Any]:
     from stress import __version__
 
     patterns = resolve_patterns(opts.patterns)
-    programs = choose_programs(opts.programs, opts.program_files)
+    exported = load_export(opts.artifacts) if opts.artifacts else None
+    programs = choose_exported(exported[1], opts.programs) if exported else \
+        choose_programs(opts.programs, opts.program_files)
     if opts.duration_s is not None and opts.duration_s <= 0:
         raise UsageError("--duration must be positive")
     seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(3), "little")
@@ -119,12 +134,22 @@ def run_soak(opts: SoakOptions) -> dict[str, Any]:
     env = {**os.environ, **opts.env}
     target, driver, _found = resolve_target(opts, python, env)
     run_id, run_dir = make_run_dir(opts.results, seed)
-    cache = ArtifactCache(opts.cache_dir)
-    report = cache.compile_all(programs, target, jobs=opts.compile_jobs)
-    if report.errors:
-        lines = "\n".join(e.describe() for e in report.errors[:5])
-        raise UsageError(f"{len(report.errors)} program(s) failed to compile for "
-                         f"{target.name}:\n{lines}")
+    if exported is not None:
+        manifest, arts = exported
+        if manifest["target"].split(":")[0] != target.backend.value:
+            raise UsageError(f"{opts.artifacts} holds {manifest['target']} artifacts, "
+                             f"not {target.name}")
+        artifact_paths = {p.name: arts[p.name][1] for p in programs}
+        compiler_version = f"{manifest['compiler']} (prebuilt: {opts.artifacts})"
+    else:
+        cache = ArtifactCache(opts.cache_dir)
+        report = cache.compile_all(programs, target, jobs=opts.compile_jobs)
+        if report.errors:
+            lines = "\n".join(e.describe() for e in report.errors[:5])
+            raise UsageError(f"{len(report.errors)} program(s) failed to compile for "
+                             f"{target.name}:\n{lines}")
+        artifact_paths = {n: a.path for n, a in report.artifacts.items()}
+        compiler_version = report.compiler_version
     duration = opts.duration_s
     if duration is None and opts.invocations is None:
         duration = 20.0
@@ -133,14 +158,14 @@ def run_soak(opts: SoakOptions) -> dict[str, Any]:
         argv += ["--seed", str(seed)]
     config = SoakConfig(
         target=target, driver=driver, device_uri=opts.device or target.device_uri,
-        programs=programs, artifacts={n: a.path for n, a in report.artifacts.items()},
+        programs=programs, artifacts=artifact_paths,
         patterns=patterns, workers=opts.workers or os.cpu_count() or 2, threads=opts.threads,
         seed=seed, duration_s=duration, invocations=opts.invocations, env=opts.env,
         max_failures=opts.max_failures, results_dir=run_dir, timeout_s=opts.timeout_s,
         teardown_timeout_s=opts.teardown_timeout_s,
         max_worker_restarts=opts.max_worker_restarts, inject=opts.inject, python=opts.python,
         shard=opts.shard, job_seed=opts.job_seed, command=shlex.join(argv),
-        progress=opts.progress, compiler_version=report.compiler_version,
+        progress=opts.progress, compiler_version=compiler_version,
         tool_version=__version__)
     Session(config, run_id, run_dir).run()
     return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})

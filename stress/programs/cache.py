@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from stress.errors import UsageError
 from stress.programs import compiler
@@ -63,6 +64,36 @@ class CompileReport:
     compiled: int = 0
     cached: int = 0
     compiler_version: str = ""
+
+
+EXPORT_MANIFEST = "artifacts.json"
+
+
+def export(report: CompileReport, dest: Path) -> Path:
+    """Writes the compiled artifacts as a self-describing folder (`soak --artifacts DIR`): for
+    machines without a compiler, and for runtime stacks that need a given compiler's output."""
+    dest.mkdir(parents=True, exist_ok=True)
+    entries = {}
+    for name, art in sorted(report.artifacts.items()):
+        file = f"{art.key[:16]}.vmfb"
+        atomic_write(dest / file, art.path.read_bytes())
+        entries[name] = {"file": file, "program": art.program.to_dict()}
+    target = next(iter(report.artifacts.values())).target.name if report.artifacts else ""
+    manifest = {"compiler": report.compiler_version, "target": target, "programs": entries}
+    atomic_write(dest / EXPORT_MANIFEST, json.dumps(manifest, indent=1).encode())
+    return dest / EXPORT_MANIFEST
+
+
+def load_export(src: Path) -> tuple[dict[str, Any], dict[str, tuple[Program, Path]]]:
+    """(manifest, name -> (program, vmfb path)) of an exported artifacts folder."""
+    try:
+        manifest = json.loads((src / EXPORT_MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{src} is not an exported artifacts folder ({EXPORT_MANIFEST}: "
+                         f"{exc})") from None
+    out = {name: (Program.from_dict(e["program"]), src / e["file"])
+           for name, e in manifest["programs"].items()}
+    return manifest, out
 
 
 class ArtifactCache:
