@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stress.analysis.rundata import RunData
+from stress.analysis.rundata import trials as job_trials
 from stress.analysis.signatures import Signature, failing_slot
 from stress.analysis.stats import rate_per_1k, wilson
 from stress.engine.attribution import window_tokens
@@ -165,7 +166,7 @@ def factor_rates(data: RunData) -> list[FactorRate]:
         for j in data.jobs:
             v = get(j)
             fails[v] += int(j["errors"]) + int(j["miscompare"])
-            trials[v] += int(j["invocations"])
+            trials[v] += job_trials(j)
         for row in data.failures:
             if row["class"] in ("crash", "hang", "teardown_hang") and row["program"]:
                 v = get(row)

@@ -25,6 +25,16 @@ class RunData:
     def invocations(self) -> int:
         return sum(int(j["invocations"]) for j in self.jobs)
 
+    @property
+    def trials(self) -> int:
+        """Denominator of failure rates: invocations, except that a job failing before its
+        first invocation (device create, module load) counts its failed attempts."""
+        return sum(trials(j) for j in self.jobs)
+
+
+def trials(job: dict[str, Any]) -> int:
+    return max(int(job["invocations"]), int(job["errors"]) + int(job["miscompare"]))
+
 
 def _rows(db: sqlite3.Connection, sql: str) -> list[dict[str, Any]]:
     try:

@@ -131,7 +131,7 @@ def build(data: RunData) -> list[Signature]:
     """Signatures, most frequent first. Rates are per 1,000 invocations: the completed ones
     plus each invocation that died with its worker (it never reported itself)."""
     died = sum(1 for f in data.failures if f["class"] in ("crash", "hang", "teardown_hang"))
-    total = max(1, data.invocations + died)
+    total = max(1, data.trials + died)
     sigs: dict[tuple[Any, ...], Signature] = {}
 
     def get(key: tuple[Any, ...], cls: str, signal: str | None, step: str | None,

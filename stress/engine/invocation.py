@@ -165,8 +165,10 @@ class Device:
 class LoadedProgram:
     """HAL module + VM context + entry function of one program on one device."""
 
-    def __init__(self, instance: Any, hal_device: Any, vm_module: Any, program: Program):
+    def __init__(self, instance: Any, hal_device: Any, vm_module: Any, program: Program,
+                 readback: str = "auto"):
         b = _binding()
+        self.readback = readback  # auto: map host-visible buffers, DMA-copy the others
         self.program = program
         self._b = b
         self.hal_device = hal_device
@@ -180,6 +182,10 @@ class LoadedProgram:
         self._out_args = [i for i, a in enumerate(program.args) if a.role is Role.OUTPUT]
         self._mem = b.MemoryType.DEVICE_LOCAL
         self._usage = b.BufferUsage.DEFAULT
+        self._host_visible = int(b.MemoryType.HOST_VISIBLE)
+        self._scoped = int(b.BufferUsage.MAPPING_SCOPED)
+        self._staging_mem = int(b.MemoryType.HOST_LOCAL | b.MemoryType.DEVICE_VISIBLE)
+        self._staging_usage = int(b.BufferUsage.TRANSFER_TARGET | b.BufferUsage.MAPPING_SCOPED)
 
     def close(self) -> None:
         self.function = None
@@ -219,9 +225,9 @@ class LoadedProgram:
             writer.begin(step, device_id)
             outs: list[HostArray] = []
             for i, dt in enumerate(self._out_dtypes):
-                outs.append(_read(rets.get_as_object(i, b.HalBufferView), dt))
+                outs.append(self._read(rets.get_as_object(i, b.HalBufferView), dt))
             for i in self._out_args:
-                outs.append(_read(views[i], np.dtype(inputs[i].dtype)))
+                outs.append(self._read(views[i], np.dtype(inputs[i].dtype)))
             writer.end(step, device_id)
             return outs
         except InvocationError:
@@ -232,10 +238,29 @@ class LoadedProgram:
             raise InvocationError(step, f"{type(exc).__name__}: {exc}") from exc
 
 
-def _read(view: Any, dtype: np.dtype[Any]) -> HostArray:
-    mapping = view.map()
+    def _read(self, view: Any, dtype: np.dtype[Any]) -> HostArray:
+        """Host copy of a result: map it when the memory is host-visible (cpu), else DMA it
+        into a host staging buffer with queue_copy and wait on a fence (GPU device memory)."""
+        buf = view.get_buffer()
+        mappable = (buf.memory_type() & self._host_visible) == self._host_visible and \
+            (buf.allowed_usage() & self._scoped) == self._scoped
+        if self.readback == "map" or (self.readback == "auto" and mappable):
+            return _copy_mapped(view, tuple(view.shape), dtype)
+        b = self._b
+        staging = self.hal_device.allocator.allocate_buffer(
+            memory_type=self._staging_mem, allowed_usage=self._staging_usage,
+            allocation_size=buf.byte_length())
+        sem = self.hal_device.create_semaphore(0)
+        self.hal_device.queue_copy(buf, staging, wait_semaphores=b.HalFence.create_at(sem, 0),
+                                   signal_semaphores=b.HalFence.create_at(sem, 1))
+        b.HalFence.create_at(sem, 1).wait()
+        return _copy_mapped(staging, tuple(view.shape), dtype)
+
+
+def _copy_mapped(mappable: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> HostArray:
+    mapping = mappable.map()
     try:
-        return np.array(mapping.asarray(tuple(view.shape), dtype), copy=True)
+        return np.array(mapping.asarray(shape, dtype), copy=True)
     finally:
         del mapping  # unmap before the buffer (and maybe its device) can go away
 
