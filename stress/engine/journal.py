@@ -55,6 +55,7 @@ class Step(enum.IntEnum):
     JOB = 12
     WORKER_EXIT = 13
     INJECT = 14  # marker: a fault is about to be injected at the step in `detail`
+    THREAD_START = 15  # marker: a new thread took this slot; older records are another thread's
 
     @property
     def label(self) -> str:
@@ -114,7 +115,9 @@ class JournalWriter:
             slot = self._free.pop(0)
         _SLOT_HEADER.pack_into(self._mm, _slot_offset(slot, self.ring_len),
                                threading.get_native_id(), threading.get_ident())
-        return SlotWriter(self, slot)
+        writer = SlotWriter(self, slot)
+        writer.record(Step.THREAD_START, Phase.MARK)
+        return writer
 
     def release(self, writer: SlotWriter) -> None:
         with self._lock:
@@ -166,7 +169,11 @@ class SlotWriter:
         window attached to a failure the worker itself detects (error, miscompare)."""
         recs = np.frombuffer(self._mm, RECORD_DTYPE, self._ring, self._base)
         recs = recs[recs["seq"] > 0]
-        recs = recs[np.argsort(recs["seq"], kind="stable")][-(k + 4):]
+        recs = recs[np.argsort(recs["seq"], kind="stable")]
+        starts = np.nonzero(recs["step"] == Step.THREAD_START)[0]
+        if starts.size:
+            recs = recs[int(starts[-1]):]  # this thread's records only
+        recs = recs[-(k + 4):]
         out = []
         for r in recs:
             if r["phase"] == Phase.MARK:
@@ -271,12 +278,15 @@ class JournalReader:
         recs = np.frombuffer(self._mm, RECORD_DTYPE, self.ring_len, off + _SLOT_HEADER_SIZE).copy()
         recs = recs[recs["seq"] > 0]
         recs = recs[np.argsort(recs["seq"], kind="stable")]
-        entries = []
+        entries: list[Entry] = []
         for r in recs:
             try:
                 step, phase = Step(int(r["step"])), Phase(int(r["phase"]))
             except ValueError:
                 continue  # a torn record written as the process died
+            if step is Step.THREAD_START:
+                entries = []  # records before it belong to a thread that released the slot
+                continue
             entries.append(Entry(int(r["ts"]), int(r["seq"]), slot, step, phase, int(r["status"]),
                                  int(r["device"]), int(r["job"]), int(r["detail"]), int(r["aux"])))
         return SlotView(slot, native, ident, entries, injected)

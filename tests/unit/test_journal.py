@@ -100,3 +100,16 @@ def test_injection_counter_survives_ring_wrap_around(tmp_path: Path) -> None:
     assert reader.injected() == RING_LEN * 2
     marks = sum(e.step is Step.INJECT for e in reader.slot(w.slot).entries)
     assert marks < RING_LEN * 2  # the ring alone would undercount
+
+
+def test_a_reused_slot_shows_only_the_new_threads_records(tmp_path: Path) -> None:
+    j = JournalWriter(tmp_path / "j.bin", slots=1)
+    old = j.acquire()
+    old.begin(Step.DEVICE_CREATE)
+    old.end(Step.DEVICE_CREATE)
+    j.release(old)
+    new = j.acquire()
+    new.begin(Step.MODULE_LOAD)
+    view = JournalReader(tmp_path / "j.bin").slot(0)
+    assert [e.step for e in view.entries] == [Step.MODULE_LOAD]
+    assert new.tail(8) == [("begin", "module-load")]
