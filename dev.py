@@ -58,7 +58,7 @@ def main() -> int:
         marker = [] if any(a.startswith("-m") for a in rest) else ["-m", "not slow"]
         return run([py, "-m", "pytest", *marker, *rest])
     if cmd == "lint":
-        rc = run([py, "-m", "ruff", "check", "stress", "tests", "bench", "dev.py"])
+        rc = run([py, "-m", "ruff", "check", "stress", "tests", "bench", "repro", "dev.py"])
         return rc or run([py, "-m", "mypy"])
     if cmd == "bench":
         return run([py, str(ROOT / "bench" / f"{rest[0]}.py"), *rest[1:]])

@@ -26,7 +26,8 @@ def main() -> None:
     inputs = make_inputs(program, 1)
     elts = [getattr(b.HalElementType, dtypes.get(a.dtype).hal) for a in program.args]
     out_dtype = np.dtype(dtypes.get(program.results[0].dtype).storage)
-    blob = open(args.vmfb, "rb").read()
+    with open(args.vmfb, "rb") as f:
+        blob = f.read()
     instance = b.VmInstance()
     driver = b.create_hal_driver(args.device)
     module = b.VmModule.copy_buffer(instance, blob)
@@ -34,7 +35,7 @@ def main() -> None:
 
     def invoke(device: object, ctx: object, fn: object) -> np.ndarray:
         arg_list = b.VmVariantList(len(inputs))
-        for arr, elt in zip(inputs, elts):
+        for arr, elt in zip(inputs, elts, strict=True):
             arg_list.push_ref(device.allocator.allocate_buffer_copy(  # type: ignore[attr-defined]
                 memory_type=mem, allowed_usage=usage, device=device, buffer=arr,
                 element_type=elt))

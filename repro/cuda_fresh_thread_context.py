@@ -21,7 +21,8 @@ import numpy as np
 def main() -> int:
     from iree.runtime import _binding as b
 
-    blob = open(sys.argv[1], "rb").read()
+    with open(sys.argv[1], "rb") as f:
+        blob = f.read()
     instance = b.VmInstance()
     driver = b.create_hal_driver("cuda")
     device = driver.create_device_by_uri("cuda")
