@@ -65,3 +65,13 @@ def test_concurrent_compiles_into_one_cache_never_leave_a_torn_file(tmp_path: Pa
     instance = b.VmInstance()
     for f in vmfbs:
         assert "main" in b.VmModule.copy_buffer(instance, f.read_bytes()).function_names
+
+
+def test_compile_errors_are_one_line_and_exit_2() -> None:
+    for args, message in ((["--target", "tpu"], "unknown target 'tpu'"),
+                          (["--programs", "zzz.*"], "no corpus program matches 'zzz.*'"),
+                          (["--cache-dir", "/proc/nope"], "is not writable")):
+        res = run_cli("compile", *args)
+        assert res.rc == 2 and message in res.stderr and "Traceback" not in res.stderr
+    listing = run_cli("programs", "--kind", "nosuchkind")
+    assert listing.rc == 2 and "no program matches" in listing.stderr

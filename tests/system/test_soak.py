@@ -76,6 +76,8 @@ def test_a_fusilli_style_torch_program_soaks_with_generated_inputs(tmp_path: Pat
     (["--results", "/proc/forbidden"], "is not writable"),
     (["--inject", "segv@nowhere"], "bad --inject 'segv@nowhere'"),
     (["--env", "NOEQUALS"], "--env wants KEY=VALUE"),
+    (["--cache-dir", "/proc/no-cache-here", "--results", "/tmp/iree-stress-cache-test"],
+     "cache dir /proc/no-cache-here is not writable"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     res = run_cli("soak", "-q", "--duration", "5s", *args)
