@@ -13,6 +13,7 @@ from typing import Any
 from stress.analysis.report import signature_summaries
 from stress.engine.config import SoakConfig
 from stress.engine.patterns import ALL_PATTERNS
+from stress.engine.phases import Phases
 from stress.engine.probe import LIBRARY_HINT, probe
 from stress.engine.session import Session
 from stress.errors import UsageError
@@ -134,6 +135,7 @@ def run_soak(opts: SoakOptions) -> dict[str, Any]:
     env = {**os.environ, **opts.env}
     target, driver, _found = resolve_target(opts, python, env)
     run_id, run_dir = make_run_dir(opts.results, seed)
+    phases = Phases()
     if exported is not None:
         manifest, arts = exported
         if manifest["target"].split(":")[0] != target.backend.value:
@@ -143,7 +145,9 @@ def run_soak(opts: SoakOptions) -> dict[str, Any]:
         compiler_version = f"{manifest['compiler']} (prebuilt: {opts.artifacts})"
     else:
         cache = ArtifactCache(opts.cache_dir)
-        report = cache.compile_all(programs, target, jobs=opts.compile_jobs)
+        with phases.phase("compile"):
+            report = cache.compile_all(programs, target, jobs=opts.compile_jobs)
+        phases.count("compile", report.compiled)
         if report.errors:
             lines = "\n".join(e.describe() for e in report.errors[:5])
             raise UsageError(f"{len(report.errors)} program(s) failed to compile for "
@@ -167,5 +171,5 @@ def run_soak(opts: SoakOptions) -> dict[str, Any]:
         shard=opts.shard, job_seed=opts.job_seed, command=shlex.join(argv),
         progress=opts.progress, compiler_version=compiler_version,
         tool_version=__version__)
-    Session(config, run_id, run_dir).run()
+    Session(config, run_id, run_dir, phases).run()
     return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})

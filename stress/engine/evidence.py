@@ -3,7 +3,9 @@ SIGTERM -> grace -> SIGKILL of the process group, then telemetry again."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -11,6 +13,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stress.programs.cache import atomic_write
+
+if TYPE_CHECKING:
+    from stress.engine.config import SoakConfig
+    from stress.engine.jobs import Job
 
 _PYSPY_TIMEOUT_S: float = 15.0  # attaching + unwinding natively takes ~1 s; more under load
 _GDB_TIMEOUT_S: float = 20.0
@@ -61,3 +70,29 @@ def dump_stacks(pid: int, stderr_path: Path | None = None) -> Stacks:
             f.seek(before)
             text = f.read().decode(errors="replace")
     return Stacks("faulthandler (Python frames only)", text)
+
+
+def repro_command(cfg: SoakConfig, job: Job | None) -> str:
+    """The soak command that reruns a failing job's program, pattern and input seed."""
+    argv = ["iree-stress", "soak", "--target", cfg.target.name, "--device", cfg.device_uri,
+            "--workers", "1", "--threads", str(cfg.threads), "--seed", str(cfg.seed)]
+    if job is not None:
+        argv += ["--programs", job.program, "--patterns", job.pattern,
+                 "--job-seed", str(job.seed), "--duration", "60s"]
+    for spec in cfg.inject:
+        argv += ["--inject", spec]
+    for k, v in cfg.env.items():
+        argv += ["--env", f"{k}={v}"]
+    return shlex.join(argv)
+
+
+def write_folder(folder: Path, cfg: SoakConfig, stderr_tail: str, stdout_tail: str,
+                 job: Job | None, journal_text: str, extra: dict[str, str]) -> None:
+    """One failure's folder: output tails, journal, job, repro script, plus `extra` files."""
+    files = {"stderr.tail": stderr_tail, "stdout.tail": stdout_tail,
+             "journal.txt": journal_text,
+             "job.json": json.dumps(job.as_dict() if job else None, indent=1),
+             "repro.sh": "#!/bin/sh\n# Reruns the failing job's program, pattern and input "
+                         "seed.\n" + repro_command(cfg, job) + "\n", **extra}
+    for name, text in files.items():
+        atomic_write(folder / name, text.encode())

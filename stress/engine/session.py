@@ -11,7 +11,6 @@ import os
 import platform
 import random
 import select
-import shlex
 import signal
 import sys
 import time
@@ -26,6 +25,7 @@ from stress.engine.config import SoakConfig
 from stress.engine.failures import FailureClass, signal_name
 from stress.engine.jobs import Job, schedule
 from stress.engine.journal import Phase, Step
+from stress.engine.phases import Phases
 from stress.engine.progress import Progress
 from stress.engine.workermanage import State, WorkerHandle, spawn
 from stress.programs.cache import atomic_write
@@ -45,8 +45,10 @@ class Interrupted(Exception):
 
 
 class Session:
-    def __init__(self, config: SoakConfig, run_id: str, run_dir: Path):
+    def __init__(self, config: SoakConfig, run_id: str, run_dir: Path,
+                 phases: Phases | None = None):
         self.cfg = config
+        self.phases = phases or Phases()
         self.run_id, self.run_dir = run_id, run_dir
         self.store = RunStore(run_dir)
         self.stream: Iterator[Job] = schedule(config.seed, config.programs, config.patterns,
@@ -72,12 +74,11 @@ class Session:
         self.python = config.python or sys.executable
         self.config_path = run_dir / "worker-config.json"
         self.progress = Progress(config, self)
-        self.phases: dict[str, list[float]] = {}
-        # process-per-job runs beside the pool on half the worker budget (all of it when alone)
         self.last_watchdog = 0.0
         self.last_sample = 0.0
         self.healthy_samples = 0
         self.sample_rng = random.Random(config.seed)
+        # process-per-job runs beside the pool on half the worker budget (all of it when alone)
         self.ppj_slots = config.workers if not self.pool_patterns else max(1, config.workers // 2)
 
     # ---- setup -------------------------------------------------------------------------
@@ -255,30 +256,11 @@ class Session:
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
-    def repro_command(self, job: Job | None) -> str:
-        argv = ["iree-stress", "soak", "--target", self.cfg.target.name,
-                "--device", self.cfg.device_uri, "--workers", "1",
-                "--threads", str(self.cfg.threads), "--seed", str(self.cfg.seed)]
-        if job is not None:
-            argv += ["--programs", job.program, "--patterns", job.pattern,
-                     "--job-seed", str(job.seed), "--duration", "60s"]
-        for spec in self.cfg.inject:
-            argv += ["--inject", spec]
-        for k, v in self.cfg.env.items():
-            argv += ["--env", f"{k}={v}"]
-        return shlex.join(argv)
-
     def write_evidence(self, folder: Path | None, h: WorkerHandle, job: Job | None,
                        attr: Attribution, extra: dict[str, str]) -> None:
-        if folder is None:
-            return
-        files = {"stderr.tail": h.tail(h.stderr_path), "stdout.tail": h.tail(h.stdout_path),
-                 "journal.txt": attr.journal_text,
-                 "job.json": json.dumps(job.as_dict() if job else None, indent=1),
-                 "repro.sh": "#!/bin/sh\n# Reruns the failing job's program, pattern and input "
-                             "seed.\n" + self.repro_command(job) + "\n", **extra}
-        for name, text in files.items():
-            atomic_write(folder / name, text.encode())
+        if folder is not None:
+            evidence.write_folder(folder, self.cfg, h.tail(h.stderr_path),
+                                  h.tail(h.stdout_path), job, attr.journal_text, extra)
 
     def handle_exit(self, h: WorkerHandle, rc: int) -> None:
         """A worker process ended. A crash unless it said bye and exited 0, or we killed it."""
@@ -495,11 +477,13 @@ class Session:
             signal.signal(s, interrupt)
         status = "completed"
         try:
-            self.top_up()
-            while self.workers or not self.stopping:
-                self.tick()
-                if self.stopping and not self.workers:
-                    break
+            with self.phases.phase("soak"):
+                self.top_up()
+                while not self.stopping:
+                    self.tick()
+            with self.phases.phase("teardown"):  # stop sent: jobs finish, workers exit
+                while self.workers:
+                    self.tick()
         except Interrupted as exc:
             status = "interrupted"
             self.stop_reason = f"interrupted by {exc}"
@@ -511,8 +495,9 @@ class Session:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-            self.store.set_phases(self.run_id, [("soak", time.monotonic() - self.started,
-                                                 self.invocations)])
+            self.phases.count("soak", self.invocations)
+            self.phases.count("teardown", self.next_worker_id)
+            self.store.set_phases(self.run_id, self.phases.rows())
             self.store.end_run(self.run_id, status, self.stop_reason)
             self.store.close()
             self.progress.done()

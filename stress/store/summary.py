@@ -58,6 +58,8 @@ def _build(db: sqlite3.Connection, run_dir: Path) -> dict[str, Any]:
     workers = db.execute("SELECT COUNT(*), COUNT(DISTINCT worker) FROM workers WHERE run_id=?",
                          (run_id,)).fetchone()
     manifest = json.loads(run["manifest"])
+    phases = {r[0]: {"seconds": round(r[1], 3), "count": r[2]} for r in db.execute(
+        "SELECT phase, seconds, count FROM phases WHERE run_id=?", (run_id,))}
     inv = int(totals["inv"])
     return {
         "run_id": run_id, "results_dir": str(run_dir), "status": run["status"],
@@ -68,7 +70,8 @@ def _build(db: sqlite3.Connection, run_dir: Path) -> dict[str, Any]:
         "nondeterministic": int(totals["nondet"]), "devices_created": int(totals["devs"]),
         "worker_processes": int(workers[0]), "duration_s": round(duration, 3),
         "invocations_per_s": round(inv / duration, 1) if duration else 0.0,
-        "failures_detail": detail, "command": run["command"], "manifest": manifest,
+        "failures_detail": detail, "command": run["command"], "phases": phases,
+        "manifest": manifest,
     }
 
 
