@@ -9,6 +9,12 @@ P(feature | failure window) / P(feature | healthy window), both Laplace-smoothed
 ranked by a conservative lift (Wilson lower bound in failures over Wilson upper bound in healthy
 windows) so that a feature seen once in three failures and never in health does not outrank one
 seen in every failure. Only features of a majority of a signature's windows are listed.
+
+Healthy windows are sampled per unit of thread time, failures arrive per invocation; patterns
+spend their time very differently (per-call threads mostly create devices). So the healthy
+frequency of a feature is stratified: each pattern's healthy frequency, weighted by that
+pattern's share of the signature's failure windows. Without it, steady-state invoke loops look
+"over-represented" before any failure of the shared pattern.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from stress.engine.attribution import window_tokens
 MIN_FAILURE_WINDOWS: int = 5  # fewer: the table is printed, flagged as anecdotal
 MIN_HEALTHY_WINDOWS: int = 30
 MIN_INVOCATIONS_PER_VALUE: int = 1000  # fewer: a factor's rate is flagged as too few data
+STRATUM_PRIOR: float = 20.0  # pseudo-windows of the pooled rate mixed into each pattern's rate
 TOP_FEATURES: int = 8
 
 
@@ -85,36 +92,61 @@ def failure_window(row: dict[str, Any]) -> tuple[list[str], list[str], str | Non
     return window_tokens(row["steps"]), row["in_flight"], prefix
 
 
-def healthy_features(data: RunData) -> list[set[str]]:
-    out = []
+@dataclass
+class Healthy:
+    """Healthy windows' features, all together and per pattern."""
+
+    all: list[set[str]]
+    by_pattern: dict[str, list[set[str]]]
+
+    def __len__(self) -> int:
+        return len(self.all)
+
+
+def healthy_features(data: RunData) -> Healthy:
+    out = Healthy([], defaultdict(list))
     for w in data.windows:
         if w["kind"] != "healthy":
             continue
         prefix = w["in_flight"][0].split(":", 1)[0] + ":" if w["in_flight"] else None
-        out.append(features(w["tokens"], w["in_flight"], prefix))
+        feats = features(w["tokens"], w["in_flight"], prefix)
+        out.all.append(feats)
+        if w.get("pattern"):
+            out.by_pattern[w["pattern"]].append(feats)
     return out
 
 
-def correlate(sig: Signature, healthy: list[set[str]]) -> SignatureCorrelation:
+def correlate(sig: Signature, healthy: Healthy | list[set[str]]) -> SignatureCorrelation:
+    if isinstance(healthy, list):
+        healthy = Healthy(healthy, {})
     windows = []
+    patterns: Counter[str] = Counter()
     for row in sig.rows:
         tokens, flight, prefix = failure_window(row)
         if tokens or flight:
             windows.append(features(tokens, flight, prefix))
+            patterns[row.get("pattern") or ""] += 1
     f, h = len(windows), len(healthy)
     notes = []
     if f < MIN_FAILURE_WINDOWS:
         notes.append(f"only {f} failure window(s): anecdotal")
     if h < MIN_HEALTHY_WINDOWS:
         notes.append(f"only {h} healthy window(s) to compare with")
+    # strata: each failure pattern's healthy windows, shrunk toward the pooled rate so that a
+    # pattern with few healthy windows borrows strength from all of them
+    pooled = Counter(x for win in healthy.all for x in win)
+    strata = [(n / f, healthy.by_pattern.get(p, [])) for p, n in patterns.items()]
+    counts = [(w, len(pool), Counter(x for win in pool for x in win)) for w, pool in strata]
     in_fail: Counter[str] = Counter(x for w in windows for x in w)
-    in_ok: Counter[str] = Counter(x for w in healthy for x in w)
     lifts = []
     for feat, a in in_fail.items():
         if 2 * a < f:  # features of a minority of the windows do not characterise them
             continue
-        b = in_ok.get(feat, 0)
-        lift = ((a + 0.5) / (f + 1)) / ((b + 0.5) / (h + 1))
+        base = pooled.get(feat, 0) / h if h else 0.0
+        share = sum(w * (c.get(feat, 0) + STRATUM_PRIOR * base) / (n + STRATUM_PRIOR)
+                    for w, n, c in counts) if h else 0.0
+        b = int(round(share * h))
+        lift = ((a + 0.5) / (f + 1)) / ((share * h + 0.5) / (h + 1))
         conservative = wilson(a, f)[0] / max(wilson(b, h)[1], 1e-9)
         lifts.append(Lift(feat, a, f, b, h, lift, conservative))
     lifts.sort(key=lambda x: (-x.conservative, -x.in_failures, x.feature))

@@ -34,7 +34,7 @@ from stress.store.db import RunStore
 _TICK_S: float = 0.05  # crash noticed within one tick (+ the pipe EOF wakes us at once)
 _WATCHDOG_PERIOD_S: float = 0.1  # journal scans are cheap, but not free at 300 wake-ups/s
 _HEALTHY_SAMPLE_PERIOD_S: float = 0.2  # healthy journal windows: the baseline of correlation
-_HEALTHY_SAMPLES_MAX: int = 4000  # per run; enough for stable frequencies, bounded storage
+_HEALTHY_SAMPLES_MAX: int = 4000  # per run (a reservoir: uniform over the whole run)
 _STARTUP_TIMEOUT_S: float = 120.0  # importing numpy + iree.runtime on a loaded box
 _MAX_FAILURE_FOLDERS: int = 200  # past this, failures are recorded without a folder
 _PROCESS_PER_JOB = "process-per-job"
@@ -380,10 +380,9 @@ class Session:
             self.dispatch(h, name, payload)
 
     def sample_healthy(self) -> None:
-        """Snapshots one random busy thread's recent steps: what threads do when nothing
-        fails. Failure windows are compared against these."""
-        if self.healthy_samples >= _HEALTHY_SAMPLES_MAX:
-            return
+        """Snapshots the recent steps of every busy thread of one random worker: what threads
+        do when nothing fails. Failure windows are compared against these. Kept as a
+        reservoir, so a long run's sample stays uniform over the whole run."""
         live = [h for h in self.workers.values() if h.state is State.RUNNING and h.outstanding]
         if not live:
             return
@@ -391,16 +390,19 @@ class Session:
         reader = h.journal()
         if reader is None:
             return
-        views = [v for v in reader.all_slots() if v.in_flight()]
-        if not views:
-            return
-        view = self.sample_rng.choice(views)
-        attr = attribute(reader, "", slot_hint=view.slot)
-        tokens = window_tokens(attr.steps)
-        job = h.outstanding.get(attr.job_index) if attr.job_index is not None else None
-        self.store.add_window(self.run_id, "healthy", job.pattern if job else None, tokens,
-                              attr.in_flight)
-        self.healthy_samples += 1
+        for view in reader.all_slots():
+            if not view.in_flight():
+                continue
+            attr = attribute(reader, "", slot_hint=view.slot)
+            job = h.outstanding.get(attr.job_index) if attr.job_index is not None else None
+            self.healthy_samples += 1
+            slot = self.healthy_samples
+            if slot > _HEALTHY_SAMPLES_MAX:
+                slot = self.sample_rng.randint(1, self.healthy_samples)
+                if slot > _HEALTHY_SAMPLES_MAX:
+                    continue
+            self.store.add_window(self.run_id, "healthy", job.pattern if job else None,
+                                  window_tokens(attr.steps), attr.in_flight, slot)
 
     # ---- watchdog ----------------------------------------------------------------------
     def watchdog(self, h: WorkerHandle) -> None:

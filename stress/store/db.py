@@ -170,10 +170,13 @@ class RunStore:
         self._bump()
 
     def add_window(self, run_id: str, kind: str, pattern: str | None, tokens: list[str],
-                   in_flight: list[str]) -> None:
-        self.db.execute("INSERT INTO windows (run_id, kind, t, pattern, tokens, in_flight) "
-                        "VALUES (?,?,?,?,?,?)", (run_id, kind, time.time(), pattern,
-                                                 json.dumps(tokens), json.dumps(in_flight)))
+                   in_flight: list[str], slot: int) -> None:
+        """Stores reservoir slot `slot` of the run's windows (replacing what it held)."""
+        self.db.execute("DELETE FROM windows WHERE run_id=? AND kind=? AND id=?",
+                        (run_id, kind, slot))
+        self.db.execute("INSERT INTO windows (id, run_id, kind, t, pattern, tokens, in_flight) "
+                        "VALUES (?,?,?,?,?,?,?)", (slot, run_id, kind, time.time(), pattern,
+                                                   json.dumps(tokens), json.dumps(in_flight)))
         self._bump()
 
     def add_worker(self, run_id: str, worker: int, gen: int, pid: int) -> int:

@@ -26,8 +26,8 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory,
     once per invocation, so the invoke signature must come out ~5x as frequent)."""
     run = tmp_path_factory.mktemp("report") / "run"
     res = run_cli("soak", "--target", "cpu", "--programs", "unary.*.f32.*", "--workers", "2",
-                  "--duration", "25s", "--seed", "21", "--inject", "segv@invoke:0.004",
-                  "--inject", "segv@upload:0.0008", "--json", "-q", "--results", str(run))
+                  "--duration", "30s", "--seed", "21", "--inject", "segv@invoke:0.005",
+                  "--inject", "segv@upload:0.0015", "--json", "-q", "--results", str(run))
     assert res.rc == 1, res.stderr[-2000:]
     return run, res.json()
 
@@ -45,10 +45,15 @@ def test_report_ranks_the_two_injected_signatures_and_names_their_steps(
     assert sigs[0]["ci_low"] <= sigs[0]["rate_per_1k"] <= sigs[0]["ci_high"]
     by_id = {c["signature"]: c for c in rep["correlation"]}
     for s in sigs[:2]:
-        top = by_id[s["id"]]["features"][0]
-        assert s["last_step"] in top["feature"], (s["id"], by_id[s["id"]]["features"][:3])
-        assert top["lift"] > 1.5
-    assert rep["healthy_windows"] >= 30
+        corr = by_id[s["id"]]
+        feats = corr["features"]
+        if feats[0]["failure_windows"] >= 5:
+            assert s["last_step"] in feats[0]["feature"], (s["id"], feats[:3])
+            assert feats[0]["lift"] > 1.5
+        else:  # the report says so, and a handful of windows cannot order rare features
+            assert "anecdotal" in corr["note"]
+            assert any(s["last_step"] in x["feature"] for x in feats[:3]), (s["id"], feats[:3])
+    assert rep["healthy_windows"] >= 30  # the report flags fewer as too few
 
 
 def test_soak_summary_lists_the_top_signatures(faulty_run: tuple[Path, dict[str, Any]]) -> None:
