@@ -37,10 +37,12 @@ def _innermost(view: SlotView) -> Entry | None:
 
 
 def attribute(reader: JournalReader | None, stderr_text: str = "",
-              slot_hint: int | None = None) -> Attribution:
+              slot_hint: int | None = None, views: list[SlotView] | None = None) -> Attribution:
+    """Finds the failing thread (see the module doc). `views` lets a caller that already
+    decoded the journal (the healthy sampler) reuse that decoding."""
     if reader is None:
         return Attribution("none")
-    views = reader.all_slots()
+    views = views if views is not None else reader.all_slots()
     if not views:
         return Attribution("none")
     chosen: SlotView | None = None

@@ -169,6 +169,7 @@ class LoadedProgram:
                  readback: str = "auto"):
         b = _binding()
         self.readback = readback  # auto: map host-visible buffers, DMA-copy the others
+        self._mappable: bool | None = None  # decided on the first result: fixed per device
         self.program = program
         self._b = b
         self.hal_device = hal_device
@@ -241,11 +242,14 @@ class LoadedProgram:
     def _read(self, view: Any, dtype: np.dtype[Any]) -> HostArray:
         """Host copy of a result: map it when the memory is host-visible (cpu), else DMA it
         into a host staging buffer with queue_copy and wait on a fence (GPU device memory)."""
-        buf = view.get_buffer()
-        mappable = (buf.memory_type() & self._host_visible) == self._host_visible and \
-            (buf.allowed_usage() & self._scoped) == self._scoped
-        if self.readback == "map" or (self.readback == "auto" and mappable):
+        if self.readback == "map" or (self.readback == "auto" and self._mappable):
             return _copy_mapped(view, tuple(view.shape), dtype)
+        buf = view.get_buffer()
+        if self._mappable is None:
+            self._mappable = (buf.memory_type() & self._host_visible) == self._host_visible \
+                and (buf.allowed_usage() & self._scoped) == self._scoped
+            if self._mappable and self.readback == "auto":
+                return _copy_mapped(view, tuple(view.shape), dtype)
         b = self._b
         staging = self.hal_device.allocator.allocate_buffer(
             memory_type=self._staging_mem, allowed_usage=self._staging_usage,

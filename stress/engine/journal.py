@@ -271,13 +271,17 @@ class JournalReader:
             out.append((slot, int(r["ts"]), int(r["step"]), int(r["phase"]), int(r["job"])))
         return out
 
-    def slot(self, slot: int) -> SlotView:
+    def slot(self, slot: int, last: int | None = None) -> SlotView:
+        """One thread's records, oldest first; only the newest `last` when given (cheap: the
+        parent samples healthy windows several times a second)."""
         off = _slot_offset(slot, self.ring_len)
         native, ident = _SLOT_HEADER.unpack_from(self._mm, off)
         (injected,) = _INJECTED.unpack_from(self._mm, off + _SLOT_HEADER.size)
         recs = np.frombuffer(self._mm, RECORD_DTYPE, self.ring_len, off + _SLOT_HEADER_SIZE).copy()
         recs = recs[recs["seq"] > 0]
         recs = recs[np.argsort(recs["seq"], kind="stable")]
+        if last is not None:
+            recs = recs[-last:]
         entries: list[Entry] = []
         for r in recs:
             try:
@@ -291,8 +295,8 @@ class JournalReader:
                                  int(r["device"]), int(r["job"]), int(r["detail"]), int(r["aux"])))
         return SlotView(slot, native, ident, entries, injected)
 
-    def all_slots(self) -> list[SlotView]:
-        return [v for v in (self.slot(s) for s in range(self.slots)) if v.entries]
+    def all_slots(self, last: int | None = None) -> list[SlotView]:
+        return [v for v in (self.slot(s, last) for s in range(self.slots)) if v.entries]
 
     def injected(self) -> int:
         """Faults injected over the worker's life (all slots, including reused ones)."""

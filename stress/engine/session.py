@@ -35,6 +35,7 @@ _TICK_S: float = 0.05  # crash noticed within one tick (+ the pipe EOF wakes us 
 _WATCHDOG_PERIOD_S: float = 0.1  # journal scans are cheap, but not free at 300 wake-ups/s
 _HEALTHY_SAMPLE_PERIOD_S: float = 0.2  # healthy journal windows: the baseline of correlation
 _HEALTHY_SAMPLES_MAX: int = 4000  # per run (a reservoir: uniform over the whole run)
+_SAMPLE_RECORDS: int = 40  # per thread: a 12-step window plus what is still in flight
 _STARTUP_TIMEOUT_S: float = 120.0  # importing numpy + iree.runtime on a loaded box
 _MAX_FAILURE_FOLDERS: int = 200  # past this, failures are recorded without a folder
 _PROCESS_PER_JOB = "process-per-job"
@@ -154,13 +155,17 @@ class Session:
                     break
                 self.start_worker(ephemeral=False)
         for h in pool:
-            while h.state is State.RUNNING and len(h.outstanding) < 2 * self.cfg.threads:
+            batch: list[Job] = []
+            while h.state is State.RUNNING and \
+                    len(h.outstanding) + len(batch) < 2 * self.cfg.threads:
                 job = self.next_job(False)
                 if job is None:
-                    if self.stream_done and not self.pool_queue:
-                        h.stop()
                     break
-                h.send_job(job)
+                batch.append(job)
+            h.send_jobs(batch)
+            if h.state is State.RUNNING and not h.outstanding and self.stream_done \
+                    and not self.pool_queue:
+                h.stop()
         ephemeral = [h for h in self.workers.values() if h.ephemeral]
         while self.ppj_enabled and len(ephemeral) < self.ppj_slots:
             job = self.next_job(True)
@@ -390,10 +395,11 @@ class Session:
         reader = h.journal()
         if reader is None:
             return
-        for view in reader.all_slots():
+        views = reader.all_slots(last=_SAMPLE_RECORDS)
+        for view in views:
             if not view.in_flight():
                 continue
-            attr = attribute(reader, "", slot_hint=view.slot)
+            attr = attribute(reader, "", slot_hint=view.slot, views=views)
             job = h.outstanding.get(attr.job_index) if attr.job_index is not None else None
             self.healthy_samples += 1
             slot = self.healthy_samples

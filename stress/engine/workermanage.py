@@ -88,8 +88,23 @@ class WorkerHandle:
                 del self.recent[next(iter(self.recent))]
 
     def send_job(self, job: Job) -> bool:
-        self.outstanding[job.index] = job
-        return self.send("job", job.as_dict())
+        return self.send_jobs([job])
+
+    def send_jobs(self, jobs: list[Job]) -> bool:
+        """One write (one wake-up of the worker) for a batch of jobs."""
+        if not jobs:
+            return True
+        for job in jobs:
+            self.outstanding[job.index] = job
+        if self.proc.stdin is None or self.state is State.EXITED:
+            return False
+        data = "".join(json.dumps(["job", j.as_dict()]) + "\n" for j in jobs)
+        try:
+            self.proc.stdin.write(data.encode())
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError):
+            return False
 
     def stop(self) -> None:
         if self.state is State.RUNNING:

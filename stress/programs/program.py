@@ -7,6 +7,8 @@ another interpreter; the worker needs only numpy, iree.runtime and this package.
 from __future__ import annotations
 
 import enum
+import functools
+import math
 import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -54,10 +56,10 @@ class Program:
     def shape_text(self) -> str:
         return "+".join(_shape_text(a.shape) for a in self.args if a.role is Role.INPUT)
 
-    @property
+    @functools.cached_property
     def elements(self) -> int:
         out = self.results[0] if self.results else self.args[0]
-        return int(np.prod([d or 64 for d in out.shape])) if out.shape else 1
+        return math.prod(d or 64 for d in out.shape)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
