@@ -162,14 +162,7 @@ class Shared:
     summary = "one device per process, used by all threads (each thread has its own context)"
 
     def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
-        dev = w.shared_device(t.writer)
-        lp = t.shared_loaded.get(work.program.name)
-        if lp is None:
-            lp = dev.load(w.instance, w.vm_module(w.instance, work.program.name), work.program,
-                          t.writer)
-            t.shared_loaded[work.program.name] = lp
-        for i in range(work.job.invocations):
-            w.call(lp, work.inputs, t.writer, dev, work.expect, work.result, i)
+        _invoke_loaded(w, t, work, w.shared_device(t.writer), t.shared_loaded)
 
 
 class PerThread:
@@ -180,14 +173,20 @@ class PerThread:
         if t.device is None:
             t.device = Device(w.driver, w.uri, t.writer)
             work.result.devices_created += 1
-        dev = t.device
-        lp = dev.loaded.get(work.program.name)
-        if lp is None:
-            lp = dev.load(w.instance, w.vm_module(w.instance, work.program.name), work.program,
-                          t.writer)
-            dev.loaded[work.program.name] = lp
-        for i in range(work.job.invocations):
-            w.call(lp, work.inputs, t.writer, dev, work.expect, work.result, i)
+        _invoke_loaded(w, t, work, t.device, t.device.loaded)
+
+
+def _invoke_loaded(w: WorkerContext, t: ThreadState, work: Work, dev: Device,
+                   loaded: dict[str, LoadedProgram]) -> None:
+    """All of a job's invocations on a long-lived device, loading the program into `loaded`
+    (the thread's contexts on that device) the first time."""
+    lp = loaded.get(work.program.name)
+    if lp is None:
+        lp = dev.load(w.instance, w.vm_module(w.instance, work.program.name), work.program,
+                      t.writer)
+        loaded[work.program.name] = lp
+    for i in range(work.job.invocations):
+        w.call(lp, work.inputs, t.writer, dev, work.expect, work.result, i)
 
 
 class PerCall:
