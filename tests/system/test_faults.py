@@ -206,3 +206,17 @@ def test_a_sigkilled_harness_leaves_a_readable_store_with_every_failure_so_far(
     assert s["failures"]["crash"] >= len(folders)
     rep = run_cli("report", str(run), "--format", "json")  # works on a run killed midway
     assert rep.rc == 1 and rep.json()["signatures"][0]["last_step"] == "invoke"
+
+
+def test_a_fault_carried_in_the_worker_environment_is_injected_and_caught(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """A runtime stack under test can carry a fault: IREE_STRESS_INJECT in the workers' env."""
+    res = run_cli("soak", "--target", "cpu", "--patterns", "per-thread", "--programs", PROGRAMS,
+                  "--env", "IREE_STRESS_INJECT=segv@readback:1", "--max-failures", "2",
+                  "--workers", "1", "--duration", "30s", "--json", "-q",
+                  "--results", str(tmp_path / "r"))
+    assert res.rc == 1
+    s = res.json()
+    assert s["failures"]["crash"] == injected_markers(tmp_path / "r") >= 2
+    assert {(f["signal"], f["last_step"]) for f in s["failures_detail"]} == {
+        ("SIGSEGV", "readback")}
