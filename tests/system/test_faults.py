@@ -213,7 +213,9 @@ def test_a_fault_carried_in_the_worker_environment_is_injected_and_caught(
     """A runtime stack under test can carry a fault: IREE_STRESS_INJECT in the workers' env."""
     res = run_cli("soak", "--target", "cpu", "--patterns", "per-thread", "--programs", PROGRAMS,
                   "--env", "IREE_STRESS_INJECT=segv@readback:1", "--max-failures", "2",
-                  "--workers", "1", "--duration", "30s", "--json", "-q",
+                  # one thread: two threads of one process can both begin a faulting step
+                  # before the first SIGSEGV ends the process (two injections, one crash)
+                  "--workers", "1", "--threads", "1", "--duration", "30s", "--json", "-q",
                   "--results", str(tmp_path / "r"))
     assert res.rc == 1
     s = res.json()
