@@ -183,27 +183,39 @@ def test_no_worker_survives_the_parent_being_interrupted_or_killed(
         assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
 
 
+def committed_crashes(run: Path) -> list[str]:
+    """Artifact folders of the crashes the store has committed so far (read-only)."""
+    try:
+        conn = db.connect(run / db.DB_NAME, readonly=True)
+        try:
+            return [r[0] for r in conn.execute(
+                "SELECT artifacts FROM failures WHERE class='crash' ORDER BY id")]
+        finally:
+            conn.close()
+    except Exception:  # not created yet
+        return []
+
+
 def test_a_sigkilled_harness_leaves_a_readable_store_with_every_failure_so_far(
         tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
     run = tmp_path / "r"
     proc = start_soak(run, "--inject", "segv@invoke:0.02")
     deadline = time.monotonic() + 90
-    folders: list[Path] = []
-    while time.monotonic() < deadline and len(folders) < 3:
+    before: list[str] = []
+    while time.monotonic() < deadline and len(before) < 3:
         time.sleep(0.2)
-        folders = sorted((run / "failures").glob("*-crash-*")) if (run / "failures").exists() \
-            else []
-    assert len(folders) >= 3
-    time.sleep(0.3)
-    proc.kill()
+        before = committed_crashes(run)
+    assert len(before) >= 3
+    proc.kill()  # mid-run, possibly in the middle of recording the next failure
     proc.wait(timeout=10)
     assert db.integrity_ok(run / db.DB_NAME)
     assert not (run / "summary.json").exists()
     s = summary.write(run)  # rebuilt from the store alone
     assert s["status"] == "running" and s["invocations"] > 0
-    recorded = {Path(f["artifacts"]).name for f in s["failures_detail"] if f["artifacts"]}
-    assert {f.name for f in folders} <= recorded
-    assert s["failures"]["crash"] >= len(folders)
+    recorded = [f["artifacts"] for f in s["failures_detail"] if f["class"] == "crash"]
+    assert recorded[:len(before)] == before  # every failure committed before the kill
+    assert all(Path(a, "failure.json").exists() for a in before)
+    assert s["failures"]["crash"] >= len(before)
     rep = run_cli("report", str(run), "--format", "json")  # works on a run killed midway
     assert rep.rc == 1 and rep.json()["signatures"][0]["last_step"] == "invoke"
 
