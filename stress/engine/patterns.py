@@ -335,12 +335,7 @@ class ProcessPerJob:
         dev = Device(w.driver, w.uri, t.writer)
         work.result.devices_created += 1
         try:
-            lp = dev.load(w.instance, w.vm_module(w.instance, work.program.name), work.program,
-                          t.writer)
-            dev.loaded["p"] = lp
-            for i in range(work.job.invocations):
-                w.call(lp, work.inputs, t.writer, dev, work.expect, work.result, i)
-            del lp
+            _invoke_loaded(w, t, work, dev, dev.loaded)
         finally:
             dev.release(t.writer)
             work.result.devices_released += 1
