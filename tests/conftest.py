@@ -50,3 +50,21 @@ def cpu_artifacts(cache_dir: Path) -> dict[str, Path]:
                                                   jobs=2)
     assert not report.errors, [e.describe() for e in report.errors]
     return {name: a.path for name, a in report.artifacts.items()}
+
+
+@pytest.fixture(scope="session")
+def fault_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/native/libfault.c built as an LD_PRELOAD library (`libfault.so.1`; a byte-identical
+    `libfault.so.2` beside it for version-suffix tests). See the C file for its environment."""
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the fault library")
+    out = tmp_path_factory.mktemp("native")
+    lib = out / "libfault.so.1"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-g", "-o", str(lib),
+                    str(REPO / "tests" / "native" / "libfault.c"), "-ldl", "-lpthread"],
+                   check=True, capture_output=True)
+    shutil.copy(lib, out / "libfault.so.2")
+    return lib

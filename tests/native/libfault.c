@@ -1,0 +1,121 @@
+/* A runtime fault, made to order, for the tests (LD_PRELOAD). Never shipped.
+ *
+ * Models the failure the incident was about: a runtime that crashes or stalls while it tears
+ * devices down (a thread join inside device destruction) or while its process exits (an ELF
+ * destructor). Configured by the environment, read once at load:
+ *
+ *   IREE_FAULT_JOIN=segv|spin|block   what pthread_join does when the fault fires
+ *   IREE_FAULT_JOIN_PROB=P            probability per join (default 1)
+ *   IREE_FAULT_JOIN_CALLER=SUBSTR     only joins called from a library whose path contains
+ *                                     SUBSTR (default "_runtime": IREE's runtime library)
+ *   IREE_FAULT_EXIT=segv|spin|block   what the process does in its exit destructor
+ *   IREE_FAULT_EXIT_PROB=P            probability per process exit (default 1)
+ *   IREE_FAULT_COUNT_FILE=PATH        one line appended per fired fault ("join segv PID"),
+ *                                     so tests count ground truth independently of the tool
+ *
+ * spin burns a core forever (busy); block sleeps forever in a futex wait (blocked); segv writes
+ * to page zero. Each has its own non-inlined function so stacks name the mode.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+enum mode { NONE, SEGV, SPIN, BLOCK };
+
+static enum mode join_mode, exit_mode;
+static double join_prob = 1.0, exit_prob = 1.0;
+static const char *join_caller = "_runtime";
+static uint64_t rng_state;
+static pthread_mutex_t rng_lock = PTHREAD_MUTEX_INITIALIZER;
+static int (*real_join)(pthread_t, void **);
+
+static enum mode parse_mode(const char *v) {
+  if (!v) return NONE;
+  if (!strcmp(v, "segv")) return SEGV;
+  if (!strcmp(v, "spin")) return SPIN;
+  if (!strcmp(v, "block")) return BLOCK;
+  return NONE;
+}
+
+static double parse_prob(const char *v) { return v ? atof(v) : 1.0; }
+
+static double uniform(void) {
+  pthread_mutex_lock(&rng_lock);
+  uint64_t x = rng_state; /* xorshift64* */
+  x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+  rng_state = x;
+  pthread_mutex_unlock(&rng_lock);
+  return (double)((x * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0;
+}
+
+static void note(const char *where, const char *what) {
+  const char *path = getenv("IREE_FAULT_COUNT_FILE");
+  if (!path) return;
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+  if (fd < 0) return;
+  char line[96];
+  int n = snprintf(line, sizeof line, "%s %s %d\n", where, what, (int)getpid());
+  if (n > 0) (void)!write(fd, line, (size_t)n);
+  close(fd);
+}
+
+__attribute__((noinline)) void iree_fault_segv(void) {
+  *(volatile int *)0 = 1;
+}
+
+__attribute__((noinline)) void iree_fault_spin(void) {
+  for (;;) __asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void iree_fault_block(void) {
+  static int word;
+  for (;;) syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+}
+
+static void fire(enum mode m, const char *where) {
+  static const char *names[] = {"none", "segv", "spin", "block"};
+  note(where, names[m]);
+  if (m == SEGV) iree_fault_segv();
+  if (m == SPIN) iree_fault_spin();
+  if (m == BLOCK) iree_fault_block();
+}
+
+__attribute__((constructor)) static void fault_init(void) {
+  join_mode = parse_mode(getenv("IREE_FAULT_JOIN"));
+  exit_mode = parse_mode(getenv("IREE_FAULT_EXIT"));
+  join_prob = parse_prob(getenv("IREE_FAULT_JOIN_PROB"));
+  exit_prob = parse_prob(getenv("IREE_FAULT_EXIT_PROB"));
+  const char *c = getenv("IREE_FAULT_JOIN_CALLER");
+  if (c) join_caller = c;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  rng_state = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec ^ 1;
+  real_join = (int (*)(pthread_t, void **))dlsym(RTLD_NEXT, "pthread_join");
+}
+
+int pthread_join(pthread_t thread, void **ret) {
+  if (join_mode != NONE) {
+    Dl_info info;
+    void *caller = __builtin_return_address(0);
+    if (dladdr(caller, &info) && info.dli_fname && strstr(info.dli_fname, join_caller) &&
+        uniform() < join_prob) {
+      fire(join_mode, "join");
+    }
+  }
+  return real_join(thread, ret);
+}
+
+/* Runs in exit() after Python's finalization, like a driver's exit handler; os._exit skips it.
+ * A forked child inherits the mode; the parent that forks never exits through here in tests. */
+__attribute__((destructor)) static void fault_at_exit(void) {
+  if (exit_mode != NONE && uniform() < exit_prob) fire(exit_mode, "exit");
+}
