@@ -2,7 +2,7 @@
 
 Each worker owns one file, mapped MAP_SHARED: the kernel keeps every store in the page cache, so
 the parent reads the records after a SIGSEGV or SIGKILL, and reads them *live* for the watchdog
-(no heartbeat messages needed). Each thread writes into its own slot: a ring of fixed 32-byte
+(no heartbeat messages needed). Each thread writes into its own slot: a ring of fixed 40-byte
 records. One record costs one struct.pack_into (~0.3 us), which keeps the soak engine within
 its overhead goal; the ring bounds the file size.
 """
@@ -22,19 +22,22 @@ from pathlib import Path
 import numpy as np
 
 MAGIC = b"ISJ1"
+VERSION: int = 2  # 2: seq is a u64 (a u32 wrapped after 2^32 records, about a day of one slot)
 _HEADER = struct.Struct("<4sIIIIQ")  # magic, version, slots, ring_len, record_size, pid
 _HEADER_SIZE = 64
 _SLOT_HEADER = struct.Struct("<QQ")  # native thread id, python thread ident
 _INJECTED = struct.Struct("<Q")  # at slot offset 16: faults injected on this slot (wrap-proof)
 _SLOT_HEADER_SIZE = 64
-RECORD = struct.Struct("<QIBBBxIIiI")  # ts_ns, seq, step, phase, status, device, job, detail, aux
-RECORD_SIZE = 32
-RING_LEN: int = 512  # records per thread (a power of 2): ~80 invocations of history; 16 KiB
+# ts_ns, seq, step, phase, status, device, job, detail, aux; padded so records stay 8-aligned
+RECORD = struct.Struct("<QQBBBxIIiI4x")
+RECORD_SIZE = 40
+RING_LEN: int = 512  # records per thread (a power of 2): ~80 invocations of history; 20 KiB
 _pack = RECORD.pack_into
 _now = time.monotonic_ns
-RECORD_DTYPE = np.dtype([("ts", "<u8"), ("seq", "<u4"), ("step", "u1"), ("phase", "u1"),
+RECORD_DTYPE = np.dtype([("ts", "<u8"), ("seq", "<u8"), ("step", "u1"), ("phase", "u1"),
                          ("status", "u1"), ("_pad", "u1"), ("device", "<u4"), ("job", "<u4"),
-                         ("detail", "<i4"), ("aux", "<u4")])
+                         ("detail", "<i4"), ("aux", "<u4"), ("_pad2", "<u4")])
+assert RECORD.size == RECORD_SIZE == RECORD_DTYPE.itemsize
 NO_JOB = 0xFFFFFFFF
 
 
@@ -80,7 +83,8 @@ class Phase(enum.IntEnum):
     MARK = 4
 
 
-_BEGIN, _END = int(Phase.BEGIN), int(Phase.END)
+_BEGIN, _END, _MARK = int(Phase.BEGIN), int(Phase.END), int(Phase.MARK)
+_THREAD_START = int(Step.THREAD_START)
 
 
 def file_size(slots: int, ring_len: int = RING_LEN) -> int:
@@ -104,18 +108,20 @@ class JournalWriter:
             self._mm = mmap.mmap(fd, file_size(slots, ring_len), mmap.MAP_SHARED)
         finally:
             os.close(fd)
-        _HEADER.pack_into(self._mm, 0, MAGIC, 1, slots, ring_len, RECORD_SIZE, os.getpid())
+        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION, slots, ring_len, RECORD_SIZE, os.getpid())
         self._free = list(range(slots))
         self._lock = threading.Lock()
         self.on_begin: Callable[[SlotWriter, Step], None] | None = None  # fault injection hook
 
-    def acquire(self) -> SlotWriter:
-        """A slot for the calling thread (raises when all are taken: size slots generously)."""
+    def acquire(self, start_seq: int | None = None) -> SlotWriter:
+        """A slot for the calling thread (raises when all are taken: size slots generously).
+        `start_seq` (tests) starts its sequence there: the thread-start mark gets that seq,
+        unless the slot's earlier records are already past it."""
         with self._lock:
             slot = self._free.pop(0)
         _SLOT_HEADER.pack_into(self._mm, _slot_offset(slot, self.ring_len),
                                threading.get_native_id(), threading.get_ident())
-        writer = SlotWriter(self, slot)
+        writer = SlotWriter(self, slot, start_seq)
         writer.record(Step.THREAD_START, Phase.MARK)
         return writer
 
@@ -129,7 +135,7 @@ class SlotWriter:
 
     __slots__ = ("_base", "_journal", "_mask", "_mm", "_ring", "job", "seq", "slot")
 
-    def __init__(self, journal: JournalWriter, slot: int):
+    def __init__(self, journal: JournalWriter, slot: int, start_seq: int | None = None):
         self._journal = journal
         self._mm = journal._mm
         self._ring = journal.ring_len
@@ -138,9 +144,12 @@ class SlotWriter:
         self.slot = slot
         self.seq = 0
         self.job = NO_JOB
-        # Continue the slot's sequence when a slot is reused by a later thread.
+        # Continue the slot's sequence when a slot is reused by a later thread: readers order
+        # a ring by seq, so it must never go back.
         prev = np.frombuffer(self._mm, RECORD_DTYPE, journal.ring_len, self._base)["seq"]
         self.seq = int(prev.max()) if prev.size else 0
+        if start_seq is not None:
+            self.seq = max(self.seq, start_seq - 1)
 
     def record(self, step: int, phase: int, device: int = 0, status: int = 0, detail: int = 0,
                aux: int = 0) -> None:
@@ -239,6 +248,19 @@ class SlotView:
         return open_steps
 
 
+def _newest_step(recs: np.ndarray[tuple[int], np.dtype[np.void]]) -> int | None:
+    """Index of the newest non-mark record of the slot's current thread (None: only marks since
+    its THREAD_START, or an unused slot)."""
+    order = np.argsort(recs["seq"], kind="stable")[::-1]
+    for i in order:
+        r = recs[int(i)]
+        if not r["seq"] or int(r["step"]) == _THREAD_START:
+            return None
+        if r["phase"] != _MARK:
+            return int(i)
+    return None
+
+
 class JournalReader:
     """Parent side: maps a worker's journal read-only; works while it runs and after it died."""
 
@@ -246,16 +268,21 @@ class JournalReader:
         self.path = path
         with open(path, "rb") as f:
             self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        magic, _version, self.slots, self.ring_len, _rs, self.pid = _HEADER.unpack_from(self._mm, 0)
+        magic, version, self.slots, self.ring_len, rsize, self.pid = _HEADER.unpack_from(
+            self._mm, 0)
         if magic != MAGIC:
             raise ValueError(f"{path} is not an iree-stress journal")
+        if version != VERSION or rsize != RECORD_SIZE:
+            raise ValueError(f"{path} is journal version {version} ({rsize}-byte records); this "
+                             f"iree-stress reads version {VERSION} ({RECORD_SIZE}-byte records)")
 
     def close(self) -> None:
         self._mm.close()
 
     def latest(self) -> list[tuple[int, int, int, int, int]]:
-        """Per used slot: (slot, ts_ns, step, phase, job) of its newest record, skipping marks.
-        Cheap: for the watchdog's frequent polls."""
+        """Per slot: (slot, ts_ns, step, phase, job) of the newest record of its current thread
+        that is not a mark; slots with none (unused, or only marks so far) are left out.
+        Cheap: for the watchdog's frequent polls (the common case is one argmax)."""
         out = []
         for slot in range(self.slots):
             base = _slot_offset(slot, self.ring_len) + _SLOT_HEADER_SIZE
@@ -264,10 +291,12 @@ class JournalReader:
             i = int(seq.argmax())
             if not seq[i]:
                 continue
+            if recs[i]["phase"] == _MARK:
+                found = _newest_step(recs)
+                if found is None:
+                    continue
+                i = found
             r = recs[i]
-            if r["phase"] == Phase.MARK:
-                j = int(np.where(seq == seq[i] - 1)[0][0]) if (seq == seq[i] - 1).any() else i
-                r = recs[j]
             out.append((slot, int(r["ts"]), int(r["step"]), int(r["phase"]), int(r["job"])))
         return out
 

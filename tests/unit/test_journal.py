@@ -113,3 +113,67 @@ def test_a_reused_slot_shows_only_the_new_threads_records(tmp_path: Path) -> Non
     view = JournalReader(tmp_path / "j.bin").slot(0)
     assert [e.step for e in view.entries] == [Step.MODULE_LOAD]
     assert new.tail(8) == [("begin", "module-load")]
+
+
+def test_latest_steps_back_over_several_marks_in_a_row_to_the_begun_step(
+        tmp_path: Path) -> None:
+    j = JournalWriter(tmp_path / "j.bin", slots=1)
+    w = j.acquire()
+    w.begin(Step.DEVICE_RELEASE)
+    w.mark_injection(Step.DEVICE_RELEASE, 1)
+    w.mark_injection(Step.DEVICE_RELEASE, 2)  # two faults armed on the same step
+    (_slot, _ts, step, phase, _job), = JournalReader(tmp_path / "j.bin").latest()
+    assert (Step(step), Phase(phase)) == (Step.DEVICE_RELEASE, Phase.BEGIN)
+
+
+def test_latest_skips_a_slot_whose_thread_wrote_only_marks(tmp_path: Path) -> None:
+    j = JournalWriter(tmp_path / "j.bin", slots=2)
+    busy = j.acquire()
+    busy.begin(Step.INVOKE)
+    idle = j.acquire()  # THREAD_START, then an injection marker: no step yet
+    idle.mark_injection(Step.UPLOAD, 1)
+    latest = JournalReader(tmp_path / "j.bin").latest()
+    assert [(slot, Step(step)) for slot, _ts, step, _ph, _job in latest] == [
+        (busy.slot, Step.INVOKE)]
+
+
+def test_latest_does_not_report_the_previous_threads_step_on_a_reused_slot(
+        tmp_path: Path) -> None:
+    j = JournalWriter(tmp_path / "j.bin", slots=1)
+    old = j.acquire()
+    old.begin(Step.DEVICE_CREATE)  # left begun: the old thread's last record
+    j.release(old)
+    j.acquire()
+    assert JournalReader(tmp_path / "j.bin").latest() == []
+
+
+def test_a_slot_started_at_seq_2_pow_32_minus_10_is_written_past_the_wrap_and_read_in_order(
+        tmp_path: Path) -> None:
+    start = 2**32 - 10
+    j = JournalWriter(tmp_path / "j.bin", slots=1)
+    w = j.acquire(start_seq=start)
+    written = 40
+    for i in range(written):
+        w.begin(Step.INVOKE, device=i)
+        w.end(Step.INVOKE, device=i)
+    reader = JournalReader(tmp_path / "j.bin")
+    entries = reader.slot(0).entries
+    seqs = [e.seq for e in entries]
+    assert len(entries) == 2 * written  # the THREAD_START mark is not an entry
+    assert all(a < b for a, b in zip(seqs, seqs[1:], strict=False))
+    assert seqs[0] == start + 1 and seqs[-1] == start + 2 * written > 2**32
+    assert [e.device for e in entries[::2]] == list(range(written))
+    (_slot, ts, step, phase, _job), = reader.latest()
+    assert (Step(step), Phase(phase), ts) == (Step.INVOKE, Phase.END, entries[-1].ts_ns)
+
+
+def test_a_slot_past_2_pow_32_keeps_the_newest_ring_when_it_wraps_the_ring_too(
+        tmp_path: Path) -> None:
+    j = JournalWriter(tmp_path / "j.bin", slots=1)
+    w = j.acquire(start_seq=2**32 - 3)
+    for i in range(RING_LEN + 7):
+        w.record(Step.INVOKE, Phase.BEGIN, device=i)
+    entries = JournalReader(tmp_path / "j.bin").slot(0).entries
+    assert len(entries) == RING_LEN
+    assert entries[-1].device == RING_LEN + 6
+    assert [e.seq for e in entries] == list(range(entries[0].seq, entries[0].seq + RING_LEN))
