@@ -1,5 +1,11 @@
-"""Evidence before the kill: telemetry, then every thread's native + Python stack, then
-SIGTERM -> grace -> SIGKILL of the process group, then telemetry again."""
+"""Evidence before the kill: every thread's state and stack, the kernel log, GPU telemetry.
+
+Hangs (the process is alive): `collect_many` samples every stuck process's threads (busy or
+blocked) over one shared window, with telemetry and the kernel log read in that same window,
+then takes all their stacks concurrently, all before anything is killed (a GPU-wide stall:
+several workers hung at once). Crashes (the process is gone): `collect_crash` reads the core
+(`postmortem.native_stacks`) and the kernel log. Each returns `files()` for the failure folder.
+"""
 
 from __future__ import annotations
 
@@ -8,68 +14,245 @@ import os
 import shlex
 import shutil
 import signal
-import subprocess
-import sys
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from stress.engine import postmortem, procstate, telemetry
+from stress.engine.postmortem import Stacks, StackSource, ThreadStack, find_pyspy
 from stress.programs.cache import atomic_write
 
 if TYPE_CHECKING:
     from stress.engine.config import SoakConfig
     from stress.engine.jobs import Job
 
-_PYSPY_TIMEOUT_S: float = 15.0  # attaching + unwinding natively takes ~1 s; more under load
-_GDB_TIMEOUT_S: float = 20.0
+__all__ = ["Stacks", "StackSource", "ThreadStack", "find_pyspy", "dump_stacks",
+           "collect_many", "collect_crash", "HangEvidence", "ProcessEvidence",
+           "CrashEvidence", "repro_command", "write_folder"]
+
+_PYSPY_TIMEOUT_S: float = 15.0  # attaching + unwinding natively takes ~0.05-1 s; more under load
+_GDB_TIMEOUT_S: float = 20.0  # gdb attach loads every library's symbols first: seconds
 _FAULTHANDLER_WAIT_S: float = 0.5  # for the worker's SIGUSR1 handler to write its stacks
+STACKS_TIMEOUT_S: float = _PYSPY_TIMEOUT_S + _GDB_TIMEOUT_S + _FAULTHANDLER_WAIT_S  # worst
+#   case of `dump_stacks`: every tool tried in turn and each one stalled
+_MAX_PARALLEL_STACKS: int = 8  # py-spy/gdb processes at once in a GPU-wide stall: each uses
+#   a core for ~1 s; more only queues on the CPUs and delays the kill
+_KERNEL_LOG_LOOKBACK_S: float = 300.0  # without a start time: the last five minutes
 
 
-@dataclass
-class Stacks:
-    tool: str
-    text: str
+def dump_stacks(pid: int, stderr_path: Path | None = None,
+                timeout_s: float = STACKS_TIMEOUT_S) -> Stacks:
+    """Every thread's stack of *live* process `pid`: `py-spy dump --native` (native and
+    Python frames), else `gdb -p` with `thread apply all bt` (native frames), else SIGUSR1 to
+    the worker's faulthandler, whose Python frames are read from the new end of `stderr_path`.
+    `Stacks.tool` says which; `Stacks.threads` holds each thread's native id (py-spy's
+    `Thread 1234`, gdb's `LWP 1234`) and frames. Each tool is killed at its own bound and the
+    whole call at about `timeout_s`; never raises. The process is paused while a tool reads
+    it: sample busy/blocked (procstate.sample) first."""
+    t_end = time.monotonic() + timeout_s
+    notes: list[str] = []
 
+    def left(cap: float) -> float:
+        return max(0.5, min(cap, t_end - time.monotonic()))
 
-def find_pyspy() -> str | None:
-    beside = Path(sys.executable).parent / "py-spy"
-    return str(beside) if beside.exists() else shutil.which("py-spy")
-
-
-def dump_stacks(pid: int, stderr_path: Path | None = None) -> Stacks:
-    """py-spy --native, else gdb batch, else the worker's faulthandler (SIGUSR1)."""
     pyspy = find_pyspy()
     if pyspy:
-        try:
-            out = subprocess.run([pyspy, "dump", "--native", "--pid", str(pid)],
-                                 capture_output=True, text=True, timeout=_PYSPY_TIMEOUT_S)
-            if out.returncode == 0 and out.stdout.strip():
-                return Stacks("py-spy dump --native", out.stdout)
-        except (subprocess.TimeoutExpired, OSError):
-            pass
+        run = procstate.run_bounded([pyspy, "dump", "--native", "--pid", str(pid)],
+                                    left(_PYSPY_TIMEOUT_S))
+        if run.rc == 0 and run.stdout.strip():
+            return Stacks(StackSource.PYSPY, run.stdout,
+                          threads=postmortem.parse_pyspy(run.stdout), note="; ".join(notes))
+        notes.append(f"py-spy: {run.error or run.stderr.strip()[:200] or run.describe()}")
+    else:
+        notes.append("py-spy not found")
     gdb = shutil.which("gdb")
     if gdb:
-        try:
-            out = subprocess.run([gdb, "-batch", "-nx", "-ex", "thread apply all bt", "-p",
-                                  str(pid)], capture_output=True, text=True,
-                                 timeout=_GDB_TIMEOUT_S)
-            if "Thread" in out.stdout:
-                return Stacks("gdb thread apply all bt", out.stdout)
-        except (subprocess.TimeoutExpired, OSError):
-            pass
+        run = procstate.run_bounded(
+            [gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off", "-iex",
+             "set auto-load python-scripts off", "-ex", "set pagination off", "-ex",
+             "thread apply all bt", "-p", str(pid)], left(_GDB_TIMEOUT_S))
+        threads, _ = postmortem.parse_gdb(run.stdout)
+        if threads:
+            return Stacks(StackSource.GDB_ATTACH, run.stdout, threads=threads,
+                          note="; ".join(notes))
+        notes.append(f"gdb: {run.error or 'no threads'}")
+    else:
+        notes.append("gdb not found")
     before = stderr_path.stat().st_size if stderr_path and stderr_path.exists() else 0
     try:
         os.kill(pid, signal.SIGUSR1)
     except ProcessLookupError:
-        return Stacks("none", "process gone before stacks could be taken")
+        notes.append("process gone before stacks could be taken")
+        return Stacks(StackSource.NONE, "", note="; ".join(notes))
     time.sleep(_FAULTHANDLER_WAIT_S)
     text = ""
     if stderr_path and stderr_path.exists():
         with open(stderr_path, "rb") as f:
             f.seek(before)
             text = f.read().decode(errors="replace")
-    return Stacks("faulthandler (Python frames only)", text)
+    return Stacks(StackSource.FAULTHANDLER, text, note="; ".join(notes))
+
+
+@dataclass
+class ProcessEvidence:
+    """One hung process's evidence: its threads' busy/blocked samples (taken before any tool
+    attached) and every thread's stack. `busy_tids`/`blocked_tids` for failure.json and the
+    signature; `files()` for the failure folder."""
+
+    pid: int
+    samples: dict[int, procstate.ThreadSample]
+    stacks: Stacks
+    seconds: float = 0.0
+
+    def tids(self, activity: procstate.Activity) -> list[int]:
+        return sorted(t for t, s in self.samples.items() if s.activity is activity)
+
+    def activity_of(self, tid: int | None) -> procstate.Activity | None:
+        """BUSY/BLOCKED/... of thread `tid` (e.g. the journal's native tid of the stuck step),
+        None when it was not sampled."""
+        s = self.samples.get(tid) if tid is not None else None
+        return s.activity if s else None
+
+    def summary(self) -> dict[str, Any]:
+        """For failure.json: stack tool, busy and blocked tids, timing."""
+        return {"stack_source": self.stacks.tool.value,
+                "busy_tids": self.tids(procstate.Activity.BUSY),
+                "blocked_tids": self.tids(procstate.Activity.BLOCKED),
+                "evidence_s": round(self.seconds, 3)}
+
+    def threads_json(self) -> str:
+        """threads.json: one entry per thread: sample (tid, name, activity, states, CPU over
+        the window, wchan, kernel stack) joined with its frames from the stack tool."""
+        out = []
+        for tid in sorted(set(self.samples) | {t.tid for t in self.stacks.threads
+                                               if t.tid is not None}):
+            s = self.samples.get(tid)
+            st = self.stacks.thread(tid)
+            entry: dict[str, Any] = s.as_dict() if s else {"tid": tid, "activity": None}
+            entry["frames"] = st.frames if st else None
+            out.append(entry)
+        return json.dumps({"pid": self.pid, "stack_source": self.stacks.tool.value,
+                           "threads": out}, indent=1)
+
+    def files(self) -> dict[str, str]:
+        return {"stacks.txt": self.stacks.render(), "threads.json": self.threads_json()}
+
+
+@dataclass
+class HangEvidence:
+    """Evidence of one or several hung processes taken together before any kill: per-process
+    evidence, one telemetry snapshot and one kernel log read in the sampling window."""
+
+    processes: dict[int, ProcessEvidence]
+    telemetry: dict[str, Any]
+    kernel_log: procstate.KernelLog
+    seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def files(self, pid: int) -> dict[str, str]:
+        """The failure folder's files for process `pid`: stacks.txt, threads.json,
+        kernel.log, telemetry_before.json."""
+        return {**self.processes[pid].files(), "kernel.log": self.kernel_log.text,
+                "telemetry_before.json": json.dumps(self.telemetry, indent=1)}
+
+
+def collect_many(pids: Sequence[int], *, stderr_paths: Mapping[int, Path] | None = None,
+                 backend: str | None = None, since_wall: float | None = None,
+                 window_s: float = procstate.DEFAULT_SAMPLE_WINDOW_S,
+                 timeout_s: float = STACKS_TIMEOUT_S) -> HangEvidence:
+    """Evidence of every hung process in `pids`, all taken before anything is killed:
+
+    1. one shared window of `window_s`: every thread of every pid sampled twice (busy or
+       blocked), while the telemetry snapshot of `backend` (None: skipped) and the kernel log
+       since `since_wall` (None: the last five minutes) are read in background threads;
+    2. then every pid's stacks (`dump_stacks`) concurrently, at most 8 tools at once.
+
+    Returns within about `window_s` + `timeout_s` (+ the telemetry bound, 10 s, when that is
+    longer than the window) whatever the processes or tools do; a process whose stacks did
+    not arrive in time gets `Stacks(NONE, note="timed out")`. Never raises; never signals a
+    process except through dump_stacks's faulthandler fallback (SIGUSR1)."""
+    t0 = time.monotonic()
+    paths = stderr_paths or {}
+    snap: dict[str, Any] = {}
+    klog: list[procstate.KernelLog] = []
+    since = since_wall if since_wall is not None else time.time() - _KERNEL_LOG_LOOKBACK_S
+
+    def side() -> None:
+        klog.append(procstate.kernel_log_tail(since))
+        if backend is not None:
+            snap.update(telemetry.snapshot(backend))
+
+    side_thread = threading.Thread(target=side, name="evidence-side", daemon=True)
+    side_thread.start()
+    samples = procstate.sample_many(list(pids), window_s)
+    t_sampled = time.monotonic()
+    stacks: dict[int, Stacks] = {}
+    pool = ThreadPoolExecutor(max_workers=max(1, min(len(pids), _MAX_PARALLEL_STACKS)),
+                              thread_name_prefix="stacks")
+    try:
+        futures = {pid: pool.submit(dump_stacks, pid, paths.get(pid), timeout_s)
+                   for pid in pids}
+        deadline = time.monotonic() + timeout_s + 2 * _FAULTHANDLER_WAIT_S
+        for pid, fut in futures.items():
+            try:
+                stacks[pid] = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                stacks[pid] = Stacks(StackSource.NONE, "",
+                                     note=f"stacks timed out after {timeout_s:g} s")
+            except Exception as exc:  # a bug in a parser must not lose the other evidence
+                stacks[pid] = Stacks(StackSource.NONE, "", note=f"stacks failed: {exc!r}")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    t_stacks = time.monotonic()
+    side_thread.join(timeout=max(0.0, telemetry.SNAPSHOT_TIMEOUT_S + 5.0 - (t_stacks - t0)))
+    kernel = klog[0] if klog else procstate.KernelLog(None, [], "kernel log read timed out",
+                                                      since)
+    if backend is not None and not snap:
+        snap = {"backend": backend, "error": "telemetry snapshot did not finish"}
+    done = time.monotonic()
+    procs = {pid: ProcessEvidence(pid, samples.get(pid, {}), stacks[pid], done - t0)
+             for pid in pids}
+    return HangEvidence(procs, dict(snap), kernel, done - t0,
+                        {"sample_s": t_sampled - t0, "stacks_s": t_stacks - t_sampled})
+
+
+@dataclass
+class CrashEvidence:
+    """A dead process's evidence: its post-mortem stacks and the kernel log."""
+
+    stacks: Stacks
+    kernel_log: procstate.KernelLog
+    seconds: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """For failure.json: stack tool, crashed thread, signal, crashing frames."""
+        return {**self.stacks.summary(), "stack_source": self.stacks.tool.value,
+                "evidence_s": round(self.seconds, 3)}
+
+    def files(self) -> dict[str, str]:
+        """The failure folder's files: stacks.txt, kernel.log."""
+        return {"stacks.txt": self.stacks.render(), "kernel.log": self.kernel_log.text}
+
+
+def collect_crash(pid: int, exe: str, core_dir: Path, stderr_text: str, *,
+                  since_wall: float | None = None, tids: Collection[int] = (),
+                  keep_core: bool = False,
+                  timeout_s: float = postmortem.NATIVE_STACKS_TIMEOUT_S) -> CrashEvidence:
+    """Evidence of process `pid`, dead by a signal: `postmortem.native_stacks` (core + gdb,
+    ...; the core deleted unless `keep_core`) and the kernel log since `since_wall` (None: the
+    last five minutes). `tids` are native thread ids the caller knows (the journal's), used to
+    match the kernel's segfault line. Bounded by about `timeout_s` + 5 s; never raises."""
+    t0 = time.monotonic()
+    since = since_wall if since_wall is not None else time.time() - _KERNEL_LOG_LOOKBACK_S
+    stacks = postmortem.native_stacks(pid, exe, core_dir, stderr_text, timeout_s,
+                                      keep=keep_core, since_wall=since, tids=tids)
+    kernel = procstate.kernel_log_tail(since)
+    return CrashEvidence(stacks, kernel, time.monotonic() - t0)
 
 
 def repro_command(cfg: SoakConfig, job: Job | None) -> str:

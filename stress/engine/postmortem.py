@@ -1,0 +1,534 @@
+"""Native stacks of a worker that died by a signal, read from its core dump.
+
+faulthandler gives the Python frames of a crash, but for "SIGSEGV during cleanup" the native
+frame that crashed (a thread join inside the runtime's teardown, a driver's exit handler) *is*
+the report. Workers run with core dumps on (`prepare_child`) in a folder of their own
+(`core_dir`, their cwd); after a signal death the parent finds the core, reads every thread's
+stack from it (gdb, else pystack, else py-spy for the Python frames), names the thread that took
+the signal (from the core's own notes), and deletes the core: a Python + IREE process's core is
+hundreds of MiB. When there is no core the kernel log's segfault line, then faulthandler's text,
+stand in; `Stacks.tool` always says which path produced the stack.
+
+Also the stack types shared with live-hang stacks (`evidence.dump_stacks`) and their parsers.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import re
+import resource
+import shutil
+import struct
+import sys
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from stress.engine import procstate
+
+_CORE_LIMIT_BYTES: int = 4 << 30  # a Python + IREE worker's core is ~50-500 MiB (anonymous
+#   memory; file-backed and device mappings are not dumped by default). The cap keeps a runaway
+#   heap from filling the run's disk: a truncated core still holds every thread's registers
+NATIVE_STACKS_TIMEOUT_S: float = 30.0  # gdb reads a 15 MiB Python core in ~0.3 s here; symbol
+#   loading for a large IREE runtime with debug info takes seconds more on a loaded machine
+_PIPE_CORE_WAIT_S: float = 5.0  # a |pipe handler (systemd-coredump) stores the core after the
+#   process is gone: give it this long to appear in `coredumpctl`
+_MIN_TOOL_S: float = 1.0  # never start a tool with less than this left of the budget
+_PR_SET_DUMPABLE: int = 4  # linux prctl
+CORES_FOLDER: str = "cores"  # under the run folder: one subfolder per worker, its cwd
+
+
+class StackSource(str, Enum):
+    """Which path produced a stack, best first; a str, so it serializes to JSON as its value.
+    Post-mortem (a dead process): core+gdb, core+pystack, core+py-spy (Python frames only),
+    kernel-log (the faulting library and offset), faulthandler (Python frames from stderr).
+    Live (a hung process): py-spy, gdb attach, faulthandler via SIGUSR1."""
+
+    CORE_GDB = "core+gdb"
+    CORE_PYSTACK = "core+pystack"
+    CORE_PYSPY = "core+py-spy"
+    KERNEL_LOG = "kernel-log"
+    FAULTHANDLER = "faulthandler"
+    PYSPY = "py-spy dump --native"
+    GDB_ATTACH = "gdb attach"
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def describe(self) -> str:
+        native = self in (StackSource.CORE_GDB, StackSource.CORE_PYSTACK, StackSource.PYSPY,
+                          StackSource.GDB_ATTACH)
+        return f"{self.value} ({'native frames' if native else 'no native frames'})"
+
+
+@dataclass
+class ThreadStack:
+    """One thread's frames, innermost first: function names as the tool printed them (an
+    address when it had no symbol; "<signal handler called>" as gdb marks it). `tid` is the
+    native thread id (LWP) when the tool gives it; `state` is py-spy's idle/active."""
+
+    tid: int | None
+    name: str | None
+    frames: list[str] = field(default_factory=list)
+    state: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tid": self.tid, "name": self.name, "state": self.state,
+                "frames": self.frames}
+
+
+@dataclass
+class Stacks:
+    """Every thread's stack from one tool. `tool` says which path produced it; `text` is the
+    raw tool output (several tools' outputs under `# <tool>` headers when more than one
+    contributed, e.g. gdb's native frames then py-spy's Python frames of the same core);
+    `threads` is that output parsed; `crashed_tid` the native id of the thread that took the
+    fatal signal (from the core's notes, gdb, or the kernel's segfault line) and `signal` its
+    number, both None for live stacks or when unknown; `core` the core file when kept;
+    `note` why better paths were not taken."""
+
+    tool: StackSource
+    text: str
+    crashed_tid: int | None = None
+    core: Path | None = None
+    threads: list[ThreadStack] = field(default_factory=list)
+    signal: int | None = None
+    note: str = ""
+
+    def thread(self, tid: int | None) -> ThreadStack | None:
+        for t in self.threads:
+            if tid is not None and t.tid == tid:
+                return t
+        return None
+
+    def crash_frames(self) -> list[str]:
+        """The crashed thread's frames from the one that faulted outward: frames above gdb's
+        "<signal handler called>" (faulthandler's re-raise, libc's raise) are cut off, so
+        `crash_frames()[0]` is the function that took the signal. [] when unknown."""
+        t = self.thread(self.crashed_tid)
+        if t is None:
+            return []
+        frames = t.frames
+        for i in range(len(frames) - 1, -1, -1):
+            if "signal handler called" in frames[i]:
+                return frames[i + 1:]
+        return frames
+
+    def summary(self) -> dict[str, Any]:
+        """For failure.json: tool, crashed thread, signal, the crashing frames (top 12)."""
+        return {"tool": self.tool.value, "crashed_tid": self.crashed_tid,
+                "signal": procstate.signal_name(self.signal),
+                "crash_frames": self.crash_frames()[:12], "note": self.note or None,
+                "threads": len(self.threads)}
+
+    def render(self) -> str:
+        """stacks.txt: a header naming the tool and the crashed thread, then the raw text."""
+        head = [f"# {self.tool.value}"]
+        if self.crashed_tid is not None:
+            sig = procstate.signal_name(self.signal) or (
+                f"signal {self.signal}" if self.signal else "a signal")
+            head.append(f"# thread {self.crashed_tid} took {sig}; crashing frames: "
+                        + " < ".join(self.crash_frames()[:6]))
+        if self.note:
+            head.append(f"# note: {self.note}")
+        return "\n".join(head) + "\n" + self.text + ("" if self.text.endswith("\n") else "\n")
+
+
+# ---- parsers (pure) ---------------------------------------------------------------------
+_GDB_THREAD = re.compile(r'^Thread \d+ \(.*?LWP (\d+)\)?(?: "([^"]*)")?\)?:')
+_GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(<signal handler called>|\S+?)"
+                        r"(?: \(|$| from )")
+_GDB_CURRENT = re.compile(r"^\[Current thread is \d+ \(.*?LWP (\d+)\)")
+_PYSPY_THREAD = re.compile(r'^Thread (0x[0-9A-Fa-f]+|\d+)(?: \((\w+)\))?: "(.*)"')
+_PYSTACK_THREAD = re.compile(r"^Traceback for thread (\d+)(?: \(([^)]*)\))?")
+_PYSTACK_FRAME = re.compile(r"^\s+\((?:Python|C)\) File .*, in (\S+)")
+
+
+def parse_gdb(text: str) -> tuple[list[ThreadStack], int | None]:
+    """Threads of gdb's `thread apply all bt` and the LWP of gdb's current thread (for a core:
+    the one that took the signal), or None."""
+    threads: list[ThreadStack] = []
+    current = None
+    for line in text.splitlines():
+        m = _GDB_CURRENT.match(line)
+        if m:
+            current = int(m.group(1))
+            continue
+        m = _GDB_THREAD.match(line)
+        if m:
+            threads.append(ThreadStack(int(m.group(1)), m.group(2)))
+            continue
+        if threads:
+            f = _GDB_FRAME.match(line)
+            if f:
+                threads[-1].frames.append(f.group(1))
+    return threads, current
+
+
+def parse_pyspy(text: str) -> list[ThreadStack]:
+    """Threads of `py-spy dump` (live or --core): `Thread 1234 (idle): "MainThread"` then
+    indented `function (file:line)` frames. A hex thread id (no native id known) gives None."""
+    threads: list[ThreadStack] = []
+    for line in text.splitlines():
+        m = _PYSPY_THREAD.match(line)
+        if m:
+            ident = m.group(1)
+            tid = None if ident.startswith("0x") else int(ident)
+            threads.append(ThreadStack(tid, m.group(3), state=m.group(2)))
+        elif threads and line.startswith("    ") and line.strip():
+            threads[-1].frames.append(line.strip().split(" (", 1)[0])
+    return threads
+
+
+def parse_pystack(text: str) -> list[ThreadStack]:
+    """Threads of `pystack core`: `Traceback for thread N (name)` then `(Python)`/`(C)` frame
+    lines, outermost first (reversed here to innermost first)."""
+    threads: list[ThreadStack] = []
+    for line in text.splitlines():
+        m = _PYSTACK_THREAD.match(line)
+        if m:
+            threads.append(ThreadStack(int(m.group(1)), m.group(2)))
+        elif threads:
+            f = _PYSTACK_FRAME.match(line)
+            if f:
+                threads[-1].frames.insert(0, f.group(1))
+    return threads
+
+
+_KERNEL_FAULT = re.compile(r"\b\S+\[(\d+)\]: (segfault at|general protection|trap )")
+
+
+def kernel_fault_lines(lines: Collection[str], tids: Collection[int]) -> tuple[list[str],
+                                                                                 int | None]:
+    """The kernel's fault lines (`comm[TID]: segfault at ... in lib.so[...]`) for any of
+    `tids`, and the tid of the last one. Pure."""
+    hits, tid = [], None
+    for line in lines:
+        m = _KERNEL_FAULT.search(line)
+        if m and int(m.group(1)) in tids:
+            hits.append(line)
+            tid = int(m.group(1))
+    return hits, tid
+
+
+def faulthandler_text(stderr_text: str) -> str | None:
+    """faulthandler's report in a worker's stderr ("Fatal Python error: ..." onward), the last
+    one if several."""
+    at = stderr_text.rfind("Fatal Python error")
+    return stderr_text[at:] if at >= 0 else None
+
+
+# ---- the worker side ----------------------------------------------------------------------
+def core_dir(run_dir: Path, worker_name: str) -> Path:
+    """The folder a worker runs in (its cwd), so a relative core_pattern such as `core` lands
+    its core there and nowhere else: RUN_DIR/cores/WORKER_NAME, created. A restarted worker of
+    the same name reuses it (its predecessor's core was read and deleted)."""
+    d = run_dir / CORES_FOLDER / worker_name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def prepare_child(parent_pid: int | None = None) -> None:
+    """In the worker, as early as possible (or as Popen's preexec_fn): raise the soft core size
+    limit to min(4 GiB, hard limit) and mark the process dumpable, so a fatal signal leaves a
+    core in the cwd (`core_dir`). With `parent_pid`, also `procstate.allow_parent_ptrace`.
+    Never raises: a worker must start even where cores cannot be enabled. Safe between fork
+    and exec (setrlimit and prctl only, no imports or allocation-heavy work)."""
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+        soft = _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(hard,
+                                                                            _CORE_LIMIT_BYTES)
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+    except (OSError, ValueError):
+        pass
+    procstate.prctl(_PR_SET_DUMPABLE, 1)
+    if parent_pid is not None:
+        procstate.allow_parent_ptrace(parent_pid)
+
+
+# ---- finding the core -------------------------------------------------------------------
+def read_core_pattern() -> tuple[str, bool]:
+    """/proc/sys/kernel/core_pattern and core_uses_pid (read only, never written)."""
+    try:
+        pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    except OSError:
+        pattern = "core"
+    try:
+        uses_pid = Path("/proc/sys/kernel/core_uses_pid").read_text().strip() == "1"
+    except OSError:
+        uses_pid = False
+    return pattern, uses_pid
+
+
+def core_globs(pattern: str, pid: int, cwd: Path, *, uses_pid: bool = False) -> list[str]:
+    """Glob patterns where the kernel writes the core of process `pid` (whose cwd was `cwd`)
+    under `core_pattern`, most specific first. %p/%P become the pid, %% a '%', every other
+    template (%e %E %t %h %u %g %s %i %I %c %d) a wildcard; a relative pattern is under `cwd`;
+    core_uses_pid appends .PID when the pattern has no %p. A `|pipe` pattern gives []: the core
+    went to a program (see `find_core`). `cwd/core` and `cwd/core.PID` are always included.
+    Pure."""
+    out: list[str] = []
+    if pattern and not pattern.startswith("|"):
+        parts, i, has_pid = [], 0, False
+        while i < len(pattern):
+            c = pattern[i]
+            if c == "%" and i + 1 < len(pattern):
+                spec = pattern[i + 1]
+                if spec in "pP":
+                    parts.append(str(pid))
+                    has_pid = True
+                elif spec == "%":
+                    parts.append("%")
+                else:
+                    parts.append("*")
+                i += 2
+                continue
+            parts.append(glob.escape(c))
+            i += 1
+        expanded = "".join(parts)
+        if uses_pid and not has_pid:
+            expanded += f".{pid}"
+        base = expanded if expanded.startswith("/") else os.path.join(glob.escape(str(cwd)),
+                                                                      expanded)
+        out.append(base)
+    for name in (f"core.{pid}", "core"):
+        g = os.path.join(glob.escape(str(cwd)), name)
+        if g not in out:
+            out.append(g)
+    return out
+
+
+@dataclass
+class CoreNotes:
+    """From a core's ELF notes: the process id, the thread that took the signal (the kernel
+    writes its NT_PRSTATUS first), that signal, and every thread id."""
+
+    pid: int
+    crashed_tid: int
+    signal: int
+    tids: list[int]
+
+
+_NT_PRSTATUS, _NT_PRPSINFO = 1, 3
+_PT_NOTE = 4
+
+
+def read_core_notes(path: Path) -> CoreNotes | None:
+    """Parse a 64-bit little-endian ELF core's PT_NOTE segment (x86-64 and aarch64 share the
+    prstatus/prpsinfo layout used here); None for anything else or a damaged file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return None
+            if struct.unpack_from("<H", head, 16)[0] != 4:  # ET_CORE
+                return None
+            phoff = struct.unpack_from("<Q", head, 0x20)[0]
+            phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            for i in range(phnum):
+                p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", table,
+                                                                         i * phentsize)
+                if p_type == _PT_NOTE:
+                    f.seek(p_offset)
+                    return _parse_notes(f.read(min(p_filesz, 64 << 20)))
+    except (OSError, struct.error):
+        return None
+    return None
+
+
+def _parse_notes(data: bytes) -> CoreNotes | None:
+    pid: int | None = None
+    tids: list[int] = []
+    sig, p = 0, 0
+    while p + 12 <= len(data):
+        namesz, descsz, ntype = struct.unpack_from("<III", data, p)
+        desc = p + 12 + ((namesz + 3) & ~3)
+        if ntype == _NT_PRSTATUS and descsz >= 36:
+            if not tids:
+                sig = struct.unpack_from("<h", data, desc + 12)[0]  # pr_cursig
+            tids.append(struct.unpack_from("<i", data, desc + 32)[0])  # pr_pid
+        elif ntype == _NT_PRPSINFO and descsz >= 28:
+            pid = struct.unpack_from("<i", data, desc + 24)[0]  # pr_pid
+        p = desc + ((descsz + 3) & ~3)
+    if not tids:
+        return None
+    return CoreNotes(pid if pid is not None else tids[0], tids[0], sig, tids)
+
+
+def _coredumpctl(pid: int, dest: Path, budget_s: float) -> tuple[Path | None, str]:
+    tool = shutil.which("coredumpctl")
+    if tool is None:
+        return None, "core_pattern pipes cores to a program and coredumpctl is not here"
+    deadline = time.monotonic() + min(budget_s, _PIPE_CORE_WAIT_S)
+    out = dest / f"core.{pid}"
+    while True:
+        run = procstate.run_bounded([tool, "--no-pager", "-q", "-o", str(out), "dump", str(pid)],
+                                    max(_MIN_TOOL_S, deadline - time.monotonic()))
+        if run.rc == 0 and out.exists() and out.stat().st_size > 0:
+            return out, ""
+        if time.monotonic() >= deadline:
+            return None, f"coredumpctl has no core of {pid}: {run.describe()}"
+        time.sleep(0.2)
+
+
+def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S
+              ) -> tuple[Path | None, CoreNotes | None, str]:
+    """The core of dead process `pid` whose cwd was `cwd`, its notes, and a note when none was
+    found. Only a core whose notes name `pid` is taken (a stale `core` from another process is
+    left alone). A `|systemd-coredump` pattern is asked through coredumpctl (bounded); other
+    pipe handlers (apport, ...) keep cores where this tool cannot reach them."""
+    pattern, uses_pid = read_core_pattern()
+    for g in core_globs(pattern, pid, cwd, uses_pid=uses_pid):
+        for hit in sorted(glob.glob(g), key=lambda p: -_mtime(p)):
+            notes = read_core_notes(Path(hit))
+            if notes is not None and notes.pid == pid:
+                return Path(hit), notes, ""
+    if pattern.startswith("|"):
+        if "systemd-coredump" in pattern:
+            core, why = _coredumpctl(pid, cwd, budget_s)
+            if core is not None:
+                return core, read_core_notes(core), ""
+            return None, None, why
+        return None, None, f"core_pattern pipes cores to {pattern[1:].split()[0]!r}"
+    return None, None, (f"no core of {pid} (core_pattern {pattern!r}; the core size limit, "
+                        "a full disk or an unwritable cwd prevent one)")
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+# ---- reading it -------------------------------------------------------------------------
+def gdb_core_argv(gdb: str, exe: str, core: Path) -> list[str]:
+    """gdb over a core, batch mode, no init files, no network symbol lookups. Pure."""
+    return [gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off", "-iex",
+            "set auto-load python-scripts off", "-ex", "set pagination off", "-ex",
+            "thread apply all bt", exe, str(core)]
+
+
+def pystack_available() -> bool:
+    return importlib.util.find_spec("pystack") is not None
+
+
+def find_pyspy() -> str | None:
+    """py-spy beside this interpreter (a venv's bin), else on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
+                  timeout_s: float = NATIVE_STACKS_TIMEOUT_S, *, keep: bool = False,
+                  since_wall: float | None = None, tids: Collection[int] = ()) -> Stacks:
+    """Every thread's stack of process `pid`, dead by a signal, whose executable was `exe`
+    (the worker's sys.executable) and whose cwd was `core_dir`. Paths, first that works:
+
+    1. core+gdb: the core (see `find_core`) read by `gdb thread apply all bt`; when py-spy is
+       here its Python frames of the same core are appended (`# py-spy dump --core`);
+    2. core+pystack (when `pystack` is importable): native and Python frames;
+    3. core+py-spy: Python frames only (no gdb, e.g. on the H200);
+    4. kernel-log: the kernel's `segfault at ... in LIB[...]` line of one of the process's
+       threads (`pid`, `tids`, or the core's crashed thread) logged since `since_wall`
+       (default: a minute ago); absent when the worker handled the signal (faulthandler);
+    5. faulthandler: its "Fatal Python error" text in `stderr_text` (Python frames only);
+    6. none.
+
+    `crashed_tid` and `signal` come from the core's notes whenever a core was found, whatever
+    read it. The whole call is bounded by about `timeout_s` (each tool is killed at the
+    budget left). The core is deleted afterwards unless `keep` (then `Stacks.core` is its
+    path); a core that is not this process's is never touched."""
+    t_end = time.monotonic() + timeout_s
+    notes_text: list[str] = []
+
+    def left() -> float:
+        return max(_MIN_TOOL_S, t_end - time.monotonic())
+
+    core, notes, why = find_core(pid, core_dir, min(_PIPE_CORE_WAIT_S, timeout_s / 3))
+    if why:
+        notes_text.append(why)
+    crashed = notes.crashed_tid if notes else None
+    signum = notes.signal if notes else None
+    result: Stacks | None = None
+    try:
+        if core is not None:
+            result = _read_core(core, exe, crashed, left, notes_text)
+        if result is None:
+            result = _from_kernel_log(pid, tids, crashed, since_wall, notes_text)
+        if result is None:
+            fh = faulthandler_text(stderr_text)
+            if fh:
+                result = Stacks(StackSource.FAULTHANDLER, fh)
+            else:
+                notes_text.append("no faulthandler report in stderr")
+                result = Stacks(StackSource.NONE, "")
+    finally:
+        if core is not None and not keep:
+            try:
+                core.unlink()
+            except OSError as exc:
+                notes_text.append(f"could not delete {core}: {exc}")
+    if result.crashed_tid is None:
+        result.crashed_tid = crashed
+    result.signal = signum if signum else result.signal
+    result.core = core if keep else None
+    result.note = "; ".join(notes_text)
+    return result
+
+
+def _read_core(core: Path, exe: str, crashed: int | None, left: Callable[[], float],
+               notes_text: list[str]) -> Stacks | None:
+    gdb = shutil.which("gdb")
+    pyspy = find_pyspy()
+    if gdb:
+        run = procstate.run_bounded(gdb_core_argv(gdb, exe, core), left())
+        threads, current = parse_gdb(run.stdout)
+        if threads:
+            text = f"# gdb thread apply all bt ({exe} {core.name})\n{run.stdout}"
+            if pyspy:
+                py = procstate.run_bounded([pyspy, "dump", "--core", str(core)], left())
+                if py.rc == 0 and py.stdout.strip():
+                    text += f"\n# py-spy dump --core (Python frames)\n{py.stdout}"
+            return Stacks(StackSource.CORE_GDB, text, crashed if crashed else current,
+                          threads=threads)
+        notes_text.append(f"gdb gave no threads ({run.describe()})")
+    else:
+        notes_text.append("gdb not found")
+    if pystack_available():
+        run = procstate.run_bounded([sys.executable, "-m", "pystack", "core", str(core), exe,
+                                     "--native"], left())
+        threads = parse_pystack(run.stdout)
+        if run.rc == 0 and run.stdout.strip():
+            return Stacks(StackSource.CORE_PYSTACK, run.stdout, crashed, threads=threads)
+        notes_text.append(f"pystack gave nothing ({run.describe()})")
+    if pyspy:
+        run = procstate.run_bounded([pyspy, "dump", "--core", str(core)], left())
+        if run.rc == 0 and run.stdout.strip():
+            return Stacks(StackSource.CORE_PYSPY, run.stdout, crashed,
+                          threads=parse_pyspy(run.stdout))
+        notes_text.append(f"py-spy gave nothing ({run.describe()})")
+    return None
+
+
+def _from_kernel_log(pid: int, tids: Collection[int], crashed: int | None,
+                     since_wall: float | None, notes_text: list[str]) -> Stacks | None:
+    since = since_wall if since_wall is not None else time.time() - 60.0
+    log = procstate.kernel_log_tail(since)
+    if log.source is None:
+        notes_text.append(f"kernel log: {log.note}")
+        return None
+    wanted = {pid, *tids} | ({crashed} if crashed else set())
+    hits, tid = kernel_fault_lines(log.lines, wanted)
+    if not hits:
+        notes_text.append(f"no fault line of pid {pid} in the kernel log")
+        return None
+    return Stacks(StackSource.KERNEL_LOG, "\n".join(hits) + "\n", tid)

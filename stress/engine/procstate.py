@@ -1,0 +1,416 @@
+"""What the kernel can tell about a process without stopping it, and bounded tool runs.
+
+Read from /proc and the kernel log only: nothing here attaches to, pauses or signals the
+process, so it can run before (and while) stacks are taken. Busy-or-blocked sampling must come
+*before* py-spy or gdb attach: an attached process is stopped, and a spinning thread would look
+idle while the debugger holds it.
+
+Everything here is Linux-only and safe to call on a process that may die at any moment: a thread
+or process that vanishes mid-read is skipped, never raised.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+# Busy or blocked (issue 17 item 5).
+DEFAULT_SAMPLE_WINDOW_S: float = 0.5  # 50 ticks at 100 Hz: a spinning thread and a waiting one
+#   differ by ~50 ticks, far past tick noise; short enough to fit the hang evidence budget
+_BUSY_CORE_FRACTION: float = 0.5  # the issue's line: burning >= half a core over the window.
+#   A spinning thread on a loaded 2-core machine still gets well over half a core
+_BLOCKED_CORE_FRACTION: float = 0.05  # a thread parked in a wait still wakes for timers or a
+#   GIL hand-off now and then; a few percent of a core is still "no CPU"
+_WAITING_STATES: frozenset[str] = frozenset("SDIt")  # sleeping, disk wait (a driver ioctl),
+#   idle kernel wait, and traced-stop (py-spy/gdb attached between samples)
+
+# The kernel log.
+KERNEL_LOG_MAX_LINES: int = 200  # enough for a burst of Xid/ring-timeout lines, small on disk
+_KERNEL_LOG_LAST_LINES: int = 10  # context: what the kernel said last, whatever it was
+_KERNEL_LOG_TIMEOUT_S: float = 5.0  # dmesg/journalctl read memory or a local journal: well
+#   under a second normally; a bound in case journald is wedged with the rest of the machine
+_KERNEL_LOG_SLACK_S: float = 2.0  # printk's clock and the wall clock drift apart a little
+#   (and suspend is not counted): include lines from just before `since_wall`
+_INTERESTING = re.compile(
+    r"NVRM|Xid|amdgpu|ring .*timeout|ring timeout|GPU reset|gpu reset|reset.*GPU|page fault|"
+    r"segfault|general protection|hung_task|blocked for more than|trap divide error|"
+    r"invalid opcode|Out of memory|oom-kill|MCE|soft lockup|hard LOCKUP", re.IGNORECASE)
+
+# Bounded tool runs.
+_REAP_AFTER_KILL_S: float = 2.0  # SIGKILL of a tool's group then this long for its pipes to
+#   close; a grandchild stuck in an uninterruptible driver call may never close them
+_TOOL_OUTPUT_MAX_CHARS: int = 4_000_000  # gdb on a process with hundreds of threads: ~1 MB
+
+_PR_SET_PTRACER: int = 0x59616D61  # linux prctl (Yama): name a process allowed to ptrace us
+_CLK_TCK: int = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# Loaded at import so that helpers called between fork and exec (preexec_fn) never dlopen.
+_LIBC: ctypes.CDLL | None
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+except OSError:  # not Linux, or a libc-less interpreter: prctl helpers become no-ops
+    _LIBC = None
+
+
+class Activity(Enum):
+    """What a stuck thread was doing across the sampling window."""
+
+    BUSY = "busy"
+    BLOCKED = "blocked"
+    MIXED = "mixed"
+    GONE = "gone"
+
+    def describe(self) -> str:
+        return {
+            Activity.BUSY: "burning a core (running, or >= half a core of CPU over the window)",
+            Activity.BLOCKED: "waiting (sleeping or in disk wait, almost no CPU)",
+            Activity.MIXED: "some CPU while mostly waiting (polling or a slow loop)",
+            Activity.GONE: "exited during the window",
+        }[self]
+
+
+@dataclass
+class ThreadState:
+    """One thread, read once from /proc/PID/task/TID. `cpu_ticks` is utime+stime in clock
+    ticks (`os.sysconf('SC_CLK_TCK')` per second); `cpu_ns` is the scheduler's run time in
+    nanoseconds when /proc exposes schedstat (finer), else None. `wchan` is the kernel function
+    the thread sleeps in ("0" or None when running or hidden); `kernel_stack` is
+    /proc/PID/task/TID/stack, readable only with CAP_SYS_ADMIN (root), else None."""
+
+    tid: int
+    name: str
+    state: str
+    cpu_ticks: int
+    cpu_ns: int | None = None
+    wchan: str | None = None
+    kernel_stack: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tid": self.tid, "name": self.name, "state": self.state,
+                "cpu_ticks": self.cpu_ticks, "cpu_ns": self.cpu_ns, "wchan": self.wchan,
+                "kernel_stack": self.kernel_stack}
+
+
+@dataclass
+class ThreadSample:
+    """One thread seen twice, `window_s` apart. `cpu_s` is the CPU time it used in between
+    (scheduler nanoseconds when available, else ticks); `activity` classifies it."""
+
+    tid: int
+    name: str
+    first_state: str
+    last_state: str | None
+    cpu_s: float
+    window_s: float
+    activity: Activity
+    wchan: str | None = None
+    kernel_stack: str | None = None
+
+    @property
+    def core_fraction(self) -> float:
+        return self.cpu_s / self.window_s if self.window_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tid": self.tid, "name": self.name, "activity": self.activity.value,
+                "first_state": self.first_state, "last_state": self.last_state,
+                "cpu_s": round(self.cpu_s, 4), "window_s": round(self.window_s, 4),
+                "core_fraction": round(self.core_fraction, 3), "wchan": self.wchan,
+                "kernel_stack": self.kernel_stack}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:  # gone, or not permitted (stack without CAP_SYS_ADMIN)
+        return None
+
+
+def parse_stat(text: str) -> tuple[str, str, int]:
+    """(comm, state letter, utime+stime ticks) of a /proc/.../stat line. comm may hold spaces
+    and parentheses, so it is cut at the *last* ')'."""
+    open_at, close_at = text.index("("), text.rindex(")")
+    rest = text[close_at + 2:].split()
+    # rest[0] is field 3 (state); field n is rest[n - 3]: utime 14, stime 15
+    return text[open_at + 1:close_at], rest[0], int(rest[11]) + int(rest[12])
+
+
+def read_thread(pid: int, tid: int, *, details: bool = True) -> ThreadState | None:
+    """One thread of `pid`, or None if it is gone. `details=False` skips wchan and the kernel
+    stack (cheaper, for the first of two samples)."""
+    base = Path(f"/proc/{pid}/task/{tid}")
+    stat = _read(base / "stat")
+    if stat is None:
+        return None
+    try:
+        comm, state, ticks = parse_stat(stat)
+    except (ValueError, IndexError):
+        return None
+    cpu_ns = None
+    sched = _read(base / "schedstat")
+    if sched:
+        try:
+            cpu_ns = int(sched.split()[0])
+        except (ValueError, IndexError):
+            cpu_ns = None
+    wchan = stack = None
+    if details:
+        wchan = _read(base / "wchan")
+        stack = _read(base / "stack")
+        stack = stack.strip() if stack and stack.strip() else None
+    return ThreadState(tid, comm, state, ticks, cpu_ns, wchan, stack)
+
+
+def thread_ids(pid: int) -> list[int]:
+    """Native thread ids of `pid` (empty if it is gone)."""
+    try:
+        return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return []
+
+
+def thread_states(pid: int) -> list[ThreadState]:
+    """Every thread of `pid` now: tid, comm, state letter, CPU ticks, wchan, kernel stack when
+    readable. Empty if the process is gone. Never blocks: reads /proc only."""
+    out = []
+    for tid in thread_ids(pid):
+        t = read_thread(pid, tid)
+        if t is not None:
+            out.append(t)
+    return out
+
+
+def classify(first: ThreadState, last: ThreadState | None, window_s: float) -> ThreadSample:
+    """Busy, blocked or mixed from two reads of one thread `window_s` apart (pure)."""
+    if last is None or last.state in ("Z", "X"):
+        return ThreadSample(first.tid, first.name, first.state, None if last is None
+                            else last.state, 0.0, window_s, Activity.GONE, first.wchan,
+                            first.kernel_stack)
+    if first.cpu_ns is not None and last.cpu_ns is not None:
+        cpu_s = max(0, last.cpu_ns - first.cpu_ns) / 1e9
+    else:
+        cpu_s = max(0, last.cpu_ticks - first.cpu_ticks) / _CLK_TCK
+    fraction = cpu_s / window_s if window_s > 0 else 0.0
+    running = first.state == "R" and last.state == "R"
+    waiting = first.state in _WAITING_STATES and last.state in _WAITING_STATES
+    if fraction >= _BUSY_CORE_FRACTION or running:
+        activity = Activity.BUSY
+    elif waiting and fraction <= _BLOCKED_CORE_FRACTION:
+        activity = Activity.BLOCKED
+    else:
+        activity = Activity.MIXED
+    return ThreadSample(last.tid, last.name, first.state, last.state, cpu_s, window_s,
+                        activity, last.wchan, last.kernel_stack)
+
+
+def _first_reads(pids: Iterable[int]) -> dict[int, dict[int, ThreadState]]:
+    out: dict[int, dict[int, ThreadState]] = {}
+    for pid in pids:
+        reads = {}
+        for tid in thread_ids(pid):
+            t = read_thread(pid, tid, details=False)
+            if t is not None:
+                reads[tid] = t
+        out[pid] = reads
+    return out
+
+
+def sample_many(pids: Sequence[int], window_s: float = DEFAULT_SAMPLE_WINDOW_S
+                ) -> dict[int, dict[int, ThreadSample]]:
+    """`sample` for several processes over one shared window (a GPU-wide stall: every worker
+    is sampled in the same `window_s`, not one after another). Returns {pid: {tid: sample}};
+    a process gone before the first read maps to {}. Takes `window_s` plus a few ms of /proc
+    reads per hundred threads."""
+    first = _first_reads(pids)
+    t0 = time.monotonic()
+    time.sleep(max(0.0, window_s))
+    out: dict[int, dict[int, ThreadSample]] = {}
+    for pid, reads in first.items():
+        elapsed = time.monotonic() - t0
+        samples = {}
+        for tid, a in reads.items():
+            samples[tid] = classify(a, read_thread(pid, tid), elapsed)
+        out[pid] = samples
+    return out
+
+
+def sample(pid: int, window_s: float = DEFAULT_SAMPLE_WINDOW_S) -> dict[int, ThreadSample]:
+    """Each thread of `pid` read twice, `window_s` apart: {tid: ThreadSample} whose `activity`
+    is BUSY (ran in both reads, or used >= half a core over the window), BLOCKED (sleeping,
+    disk wait or traced in both reads, and <= 5% of a core), MIXED (anything between) or GONE
+    (exited in the window). Threads born inside the window are not included. Call it *before*
+    attaching py-spy or gdb (an attached process is stopped). Costs `window_s` of wall time and
+    no CPU to speak of; never raises for a vanished process (returns {})."""
+    return sample_many([pid], window_s)[pid]
+
+
+def allow_parent_ptrace(parent_pid: int | None = None) -> bool:
+    """In the worker: let `parent_pid` (default: our parent) *and its descendants* ptrace us,
+    so the parent's py-spy or gdb can take stacks under Yama ptrace_scope=1 (non-root CI,
+    where only ancestors may attach and the tool is a sibling of the worker, not an ancestor).
+    Returns True when the kernel accepted it; False without Yama (then nothing is needed) or
+    on any error. Safe between fork and exec: calls only prctl through a handle loaded at
+    import."""
+    return prctl(_PR_SET_PTRACER, os.getppid() if parent_pid is None else parent_pid)
+
+
+def prctl(option: int, arg: int) -> bool:
+    """prctl(option, arg, 0, 0, 0) through libc; True when it returned 0. Never raises."""
+    if _LIBC is None:
+        return False
+    try:
+        return int(_LIBC.prctl(option, arg, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+# ---- bounded tool runs ------------------------------------------------------------------
+@dataclass
+class ToolRun:
+    """What a bounded tool run gave: `rc` None when it was killed at its timeout or could not
+    start (then `error` says which)."""
+
+    argv: list[str]
+    rc: int | None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    error: str | None = None
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.error:
+            return f"{self.argv[0]}: {self.error}"
+        return f"{self.argv[0]}: exit {self.rc}"
+
+
+def run_bounded(argv: Sequence[str], timeout_s: float, *, env: dict[str, str] | None = None,
+                cwd: Path | None = None) -> ToolRun:
+    """Run `argv` in its own process group, capture its output, and return within about
+    `timeout_s` + 2 s whatever it does: at the timeout the whole group gets SIGKILL (a tool's
+    own children too: `subprocess.run(timeout=...)` would wait forever on a grandchild that
+    holds the pipe). Never raises for a missing or failing tool."""
+    t0 = time.monotonic()
+    args = list(argv)
+    try:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace", env=env,
+                                cwd=cwd, start_new_session=True)
+    except OSError as exc:
+        return ToolRun(args, None, error=f"could not start: {exc}")
+    try:
+        out, err = proc.communicate(timeout=max(0.0, timeout_s))
+        return ToolRun(args, proc.returncode, out[-_TOOL_OUTPUT_MAX_CHARS:],
+                       err[-_TOOL_OUTPUT_MAX_CHARS:], seconds=time.monotonic() - t0)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    out = err = ""
+    try:
+        out, err = proc.communicate(timeout=_REAP_AFTER_KILL_S)
+    except subprocess.TimeoutExpired:  # a grandchild in D state holds the pipe: let it be
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+    return ToolRun(args, None, out or "", err or "", timed_out=True,
+                   error=f"timed out after {timeout_s:g} s", seconds=time.monotonic() - t0)
+
+
+# ---- the kernel log ---------------------------------------------------------------------
+@dataclass
+class KernelLog:
+    """Kernel log lines since a moment: those that name a GPU or memory fault, a reset or a
+    hung task, then the last few lines whatever they say. `source` is "dmesg",
+    "journalctl -k" or None (`note` says why nothing was readable)."""
+
+    source: str | None
+    lines: list[str] = field(default_factory=list)
+    note: str | None = None
+    since_wall: float = 0.0
+
+    @property
+    def text(self) -> str:
+        """kernel.log for a failure folder."""
+        head = (f"# kernel log via {self.source} since "
+                f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(self.since_wall))}Z"
+                if self.source else f"# kernel log not readable: {self.note}")
+        if self.source and not self.lines:
+            head += "\n# (nothing logged since then)"
+        return head + "\n" + "".join(line + "\n" for line in self.lines)
+
+
+_DMESG_TIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
+_JOURNAL_TIME = re.compile(r"^(\d+\.\d+)\s")
+
+
+def select_lines(stamped: Sequence[tuple[float | None, str]], since_wall: float,
+                 max_lines: int) -> list[str]:
+    """Lines at or after `since_wall` (minus a small slack) that match the GPU/fault patterns,
+    plus the last few lines, in log order, at most `max_lines` (the newest win). Pure."""
+    recent = [line for t, line in stamped if t is None or t >= since_wall - _KERNEL_LOG_SLACK_S]
+    keep = {i for i, line in enumerate(recent) if _INTERESTING.search(line)}
+    keep.update(range(max(0, len(recent) - _KERNEL_LOG_LAST_LINES), len(recent)))
+    chosen = [recent[i] for i in sorted(keep)]
+    return chosen[-max_lines:] if max_lines > 0 else []
+
+
+def _boot_wall() -> float:
+    # printk stamps are seconds on the kernel's local clock, which counts like CLOCK_MONOTONIC
+    return time.time() - time.monotonic()
+
+
+def kernel_log_tail(since_wall: float, max_lines: int = KERNEL_LOG_MAX_LINES) -> KernelLog:
+    """The kernel log since `since_wall` (a `time.time()` value, e.g. the worker's start):
+    `dmesg`, else `journalctl -k` (dmesg_restrict hides the ring from non-root users; the
+    journal may still be readable). Keeps lines naming NVRM/Xid, amdgpu, ring timeouts, GPU
+    resets, page faults, segfaults, general protection, hung tasks, OOM kills, plus the last
+    10 lines. Each tool is bounded by 5 s; never raises."""
+    notes = []
+    run = run_bounded(["dmesg"], _KERNEL_LOG_TIMEOUT_S)
+    if run.rc == 0 and run.stdout.strip():
+        boot = _boot_wall()
+        stamped: list[tuple[float | None, str]] = []
+        last: float | None = None
+        for line in run.stdout.splitlines():
+            m = _DMESG_TIME.match(line)
+            last = boot + float(m.group(1)) if m else last  # continuation: the line's stamp
+            stamped.append((last, line))
+        return KernelLog("dmesg", select_lines(stamped, since_wall, max_lines), None,
+                         since_wall)
+    notes.append(run.describe() + (f" ({run.stderr.strip()[:120]})" if run.stderr else ""))
+    since = int(since_wall - _KERNEL_LOG_SLACK_S)
+    run = run_bounded(["journalctl", "-k", "--no-pager", "-q", "-o", "short-unix",
+                       f"--since=@{since}"], _KERNEL_LOG_TIMEOUT_S)
+    if run.rc == 0:
+        stamped, last = [], None
+        for line in run.stdout.splitlines():
+            m = _JOURNAL_TIME.match(line)
+            last = float(m.group(1)) if m else last
+            stamped.append((last, line))
+        return KernelLog("journalctl -k", select_lines(stamped, since_wall, max_lines), None,
+                         since_wall)
+    notes.append(run.describe() + (f" ({run.stderr.strip()[:120]})" if run.stderr else ""))
+    return KernelLog(None, [], "; ".join(notes), since_wall)
+
+
+def signal_name(signum: int | None) -> str | None:
+    """SIGSEGV for 11; None for None or an unknown number."""
+    if signum is None:
+        return None
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return None
