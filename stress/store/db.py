@@ -1,7 +1,9 @@
 """The run database: one SQLite file per run folder, written only by the parent.
 
-WAL mode with synchronous=NORMAL: a SIGKILLed parent loses at most the last uncommitted batch,
-never the file's integrity. The schema changes only through the numbered migrations below.
+WAL mode with synchronous=NORMAL: a SIGKILLed parent loses at most the rows of the last
+FLUSH_PERIOD_S (healthy job rows are batched; failures commit at once), never the file's
+integrity. The schema changes only through the numbered migrations below, each applied in one
+transaction together with its `schema_migrations` row.
 """
 
 from __future__ import annotations
@@ -13,11 +15,34 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from stress.errors import UsageError
+
 DB_NAME = "stress.db"
+# A SIGKILLed parent loses job rows younger than this; healthy rows are batched to keep the
+# parent's commit cost small at ~100 jobs/s, failures are committed at once. Half a second keeps
+# the loss well under the 1 s the issue allows while still batching ~50 rows per commit.
+FLUSH_PERIOD_S: float = 0.5
+
+
+class StoreVersionError(UsageError):
+    """The store was written by a newer iree-stress than this one (its schema is unknown here)."""
+
+
+def _script(db: sqlite3.Connection, script: str) -> None:
+    """Runs a migration's SQL statement by statement inside the caller's transaction.
+    (`executescript` would commit first, breaking the migration's atomicity.)"""
+    stmt = ""
+    for line in script.splitlines(keepends=True):
+        stmt += line
+        if sqlite3.complete_statement(stmt):
+            db.execute(stmt)
+            stmt = ""
+    if stmt.strip():
+        raise ValueError(f"incomplete SQL statement in a migration: {stmt.strip()[:80]}")
 
 
 def _m001_initial(db: sqlite3.Connection) -> None:
-    db.executescript("""
+    _script(db, """
     CREATE TABLE runs (
         run_id TEXT PRIMARY KEY, started_at REAL NOT NULL, ended_at REAL,
         status TEXT NOT NULL, seed INTEGER NOT NULL, command TEXT NOT NULL,
@@ -46,7 +71,7 @@ def _m001_initial(db: sqlite3.Connection) -> None:
 
 
 def _m002_phases(db: sqlite3.Connection) -> None:
-    db.executescript("""
+    _script(db, """
     CREATE TABLE phases (
         run_id TEXT NOT NULL, phase TEXT NOT NULL, seconds REAL NOT NULL, count INTEGER NOT NULL,
         PRIMARY KEY (run_id, phase));
@@ -55,7 +80,7 @@ def _m002_phases(db: sqlite3.Connection) -> None:
 
 
 def _m003_windows(db: sqlite3.Connection) -> None:
-    db.executescript("""
+    _script(db, """
     CREATE TABLE failure_counts (
         run_id TEXT NOT NULL, job_index INTEGER NOT NULL, program TEXT NOT NULL,
         pattern TEXT NOT NULL, key TEXT NOT NULL, count INTEGER NOT NULL);
@@ -67,37 +92,113 @@ def _m003_windows(db: sqlite3.Connection) -> None:
     """)
 
 
+def _m004_evidence_exposures(db: sqlite3.Connection) -> None:
+    """Raw facts the engine records for analysis: the crashing thread, evidence paths (a JSON
+    object), the exposure a failure belongs to; the journal steps of healthy windows; how jobs
+    and workers ended (teardowns, handle releases, exit path) and which process ran each job."""
+    _script(db, """
+    ALTER TABLE failures ADD COLUMN native_tid INTEGER;
+    ALTER TABLE failures ADD COLUMN evidence TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE failures ADD COLUMN exposure TEXT;
+    ALTER TABLE windows ADD COLUMN steps TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE jobs ADD COLUMN full_teardowns INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN handle_releases INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN exit_path TEXT;
+    ALTER TABLE jobs ADD COLUMN pid INTEGER;
+    ALTER TABLE workers ADD COLUMN pattern TEXT;
+    ALTER TABLE workers ADD COLUMN device_used INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE workers ADD COLUMN exit_path TEXT;
+    ALTER TABLE workers ADD COLUMN outcome TEXT;
+    ALTER TABLE workers ADD COLUMN job_index INTEGER;
+    ALTER TABLE workers ADD COLUMN batch INTEGER;
+    ALTER TABLE workers ADD COLUMN exit_order INTEGER;
+    ALTER TABLE workers ADD COLUMN bye_at REAL;
+    """)
+
+
+# Each migration runs inside migrate()'s transaction: it must use `_script` or `db.execute`,
+# never `executescript` or `commit`.
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (1, "m001_initial", _m001_initial),
     (2, "m002_phases", _m002_phases),
     (3, "m003_windows", _m003_windows),
+    (4, "m004_evidence_exposures", _m004_evidence_exposures),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """The run database. Read-only connections check the schema version (older stores are
+    fine: readers handle missing columns); a store newer than this code raises
+    StoreVersionError, as does opening one for writing."""
     if readonly:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        try:
+            _check_version(db, path)
+        except BaseException:
+            db.close()
+            raise
     else:
         db = sqlite3.connect(path, timeout=30)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        migrate(db)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            migrate(db, path)
+        except BaseException:
+            db.close()
+            raise
     db.row_factory = sqlite3.Row
     return db
 
 
-def migrate(db: sqlite3.Connection) -> None:
-    db.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
-               "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)")
-    done = {r[0] for r in db.execute("SELECT version FROM schema_migrations")}
-    for version, name, fn in MIGRATIONS:
-        if version in done:
-            continue
-        with db:
-            fn(db)
-            db.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)",
-                       (version, name, time.time()))
+def schema_version(db: sqlite3.Connection) -> int:
+    """The newest migration applied to this store (0: none, or not a store)."""
+    has = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND "
+                     "name='schema_migrations'").fetchone()
+    if has is None:
+        return 0
+    row = db.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+    return int(row[0] or 0)
+
+
+def _check_version(db: sqlite3.Connection, path: Path | str) -> None:
+    found = schema_version(db)
+    if found > SCHEMA_VERSION:
+        raise StoreVersionError(f"{path} was written by a newer iree-stress (schema {found} > "
+                                f"{SCHEMA_VERSION}); read it with that version or newer")
+
+
+def migrate(db: sqlite3.Connection, path: Path | str = "the store") -> None:
+    """Applies the missing migrations, each atomically with its schema_migrations row: a failure
+    (or a kill) mid-migration leaves the store at the previous version, with no partial tables.
+    BEGIN IMMEDIATE takes the write lock first, so two processes never apply the same one."""
+    saved = db.isolation_level
+    if db.in_transaction:
+        db.commit()
+    db.isolation_level = None  # explicit BEGIN/COMMIT below; no implicit ones from the module
+    try:
+        db.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
+                   "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)")
+        _check_version(db, path)
+        done = {r[0] for r in db.execute("SELECT version FROM schema_migrations")}
+        for version, name, fn in MIGRATIONS:
+            if version in done:
+                continue
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                # Another process may have applied it since `done` was read.
+                applied = db.execute("SELECT 1 FROM schema_migrations WHERE version=?",
+                                     (version,)).fetchone()
+                if applied is None:
+                    fn(db)
+                    db.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                               (version, name, time.time()))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+    finally:
+        db.isolation_level = saved
 
 
 def integrity_ok(path: Path) -> bool:
@@ -109,14 +210,18 @@ def integrity_ok(path: Path) -> bool:
 
 
 class RunStore:
-    """Parent-side writer; batches commits (every `flush()` or when `_BATCH` rows wait)."""
+    """Parent-side writer; batches commits: at `flush()`, when `_BATCH` rows wait, or when the
+    oldest waiting row is older than FLUSH_PERIOD_S (checked on each write and by `tick()`,
+    which the session loop calls often so a quiet spell still commits)."""
 
     _BATCH: int = 200  # rows per transaction at most; jobs arrive ~100/s on cpu
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, clock: Callable[[], float] = time.monotonic):
         self.path = run_dir / DB_NAME
         self.db = connect(self.path)
         self._pending = 0
+        self._clock = clock
+        self._oldest = 0.0  # clock() when the oldest uncommitted row was written
 
     def start_run(self, run_id: str, seed: int, command: str, manifest: dict[str, Any],
                   config: dict[str, Any]) -> None:
@@ -141,25 +246,29 @@ class RunStore:
         self.db.execute(
             "INSERT INTO jobs (run_id, job_index, program, pattern, seed, worker, planned, "
             "invocations, ok, miscompare, errors, nondeterministic, devices_created, started_at,"
-            " ended_at, latency_sum_us, latency_max_us, latency_hist, outcome) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " ended_at, latency_sum_us, latency_max_us, latency_hist, outcome, full_teardowns,"
+            " handle_releases, exit_path, pid) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (run_id, job["index"], job["program"], job["pattern"], job["seed"], worker,
              job["invocations"], res["invocations"], res["ok"], res["miscompare"], res["errors"],
              res["nondeterministic"], res["devices_created"], payload["started"],
              payload["ended"], res["latency_sum_us"], res["latency_max_us"],
-             json.dumps(res["latency_hist"]), outcome))
+             json.dumps(res["latency_hist"]), outcome, res.get("full_teardowns", 0),
+             res.get("handle_releases", 0), payload.get("exit_path"), payload.get("pid")))
         self._bump()
 
     def add_failure(self, run_id: str, f: dict[str, Any]) -> int:
         cur = self.db.execute(
             "INSERT INTO failures (run_id, class, signal, job_index, program, pattern, seed, "
             "worker, pid, last_step, in_flight, steps, artifacts, message, attribution, "
-            "detected_at, elapsed_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "detected_at, elapsed_s, native_tid, evidence, exposure) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (run_id, f["class"], f.get("signal"), f.get("job_index"), f.get("program"),
              f.get("pattern"), f.get("seed"), f.get("worker"), f.get("pid"), f.get("last_step"),
              json.dumps(f.get("in_flight", [])), json.dumps(f.get("steps", [])),
              f.get("artifacts"), f.get("message", ""), f.get("attribution", ""),
-             f.get("detected_at", time.time()), f.get("elapsed_s", 0.0)))
+             f.get("detected_at", time.time()), f.get("elapsed_s", 0.0), f.get("native_tid"),
+             json.dumps(f.get("evidence") or {}), f.get("exposure")))
         self.flush()  # failures are rare and precious: commit now
         return int(cur.lastrowid or 0)
 
@@ -170,13 +279,15 @@ class RunStore:
         self._bump()
 
     def add_window(self, run_id: str, kind: str, pattern: str | None, tokens: list[str],
-                   in_flight: list[str], slot: int) -> None:
-        """Stores reservoir slot `slot` of the run's windows (replacing what it held)."""
+                   in_flight: list[str], slot: int, steps: list[Any] | None = None) -> None:
+        """Stores reservoir slot `slot` of the run's windows (replacing what it held); `steps`
+        are the raw journal entries the tokens came from."""
         self.db.execute("DELETE FROM windows WHERE run_id=? AND kind=? AND id=?",
                         (run_id, kind, slot))
-        self.db.execute("INSERT INTO windows (id, run_id, kind, t, pattern, tokens, in_flight) "
-                        "VALUES (?,?,?,?,?,?,?)", (slot, run_id, kind, time.time(), pattern,
-                                                   json.dumps(tokens), json.dumps(in_flight)))
+        self.db.execute("INSERT INTO windows (id, run_id, kind, t, pattern, tokens, in_flight, "
+                        "steps) VALUES (?,?,?,?,?,?,?,?)",
+                        (slot, run_id, kind, time.time(), pattern, json.dumps(tokens),
+                         json.dumps(in_flight), json.dumps(steps or [])))
         self._bump()
 
     def add_worker(self, run_id: str, worker: int, gen: int, pid: int) -> int:
@@ -187,11 +298,24 @@ class RunStore:
         return int(cur.lastrowid or 0)
 
     def end_worker(self, row: int, exit_code: int | None, signal_name: str | None,
-                   reason: str, facts: dict[str, Any] | None = None) -> None:
-        self.db.execute("UPDATE workers SET ended_at=?, exit_code=?, signal=?, end_reason=?, "
-                        "facts=COALESCE(?, facts) WHERE id=?",
-                        (time.time(), exit_code, signal_name, reason,
-                         json.dumps(facts) if facts else None, row))
+                   reason: str, facts: dict[str, Any] | None = None, *,
+                   outcome: str | None = None, device_used: bool | int | None = None,
+                   exit_path: str | None = None, job_index: int | None = None,
+                   pattern: str | None = None, batch: int | None = None,
+                   exit_order: int | None = None, bye_at: float | None = None) -> None:
+        """Records how a worker ended; each keyword updates its column only when given."""
+        sets = ["ended_at=?", "exit_code=?", "signal=?", "end_reason=?", "facts=COALESCE(?, facts)"]
+        args: list[Any] = [time.time(), exit_code, signal_name, reason,
+                           json.dumps(facts) if facts else None]
+        optional: dict[str, Any] = {
+            "outcome": outcome, "device_used": None if device_used is None else int(device_used),
+            "exit_path": exit_path, "job_index": job_index, "pattern": pattern, "batch": batch,
+            "exit_order": exit_order, "bye_at": bye_at}
+        for column, value in optional.items():  # column names are this dict's literal keys
+            if value is not None:
+                sets.append(f"{column}=?")
+                args.append(value)
+        self.db.execute(f"UPDATE workers SET {', '.join(sets)} WHERE id=?", (*args, row))
         self._bump()
 
     def set_phases(self, run_id: str, phases: Iterable[tuple[str, float, int]]) -> None:
@@ -200,8 +324,17 @@ class RunStore:
         self._bump()
 
     def _bump(self) -> None:
+        now = self._clock()
+        if not self._pending:
+            self._oldest = now
         self._pending += 1
-        if self._pending >= self._BATCH:
+        if self._pending >= self._BATCH or now - self._oldest > FLUSH_PERIOD_S:
+            self.flush()
+
+    def tick(self) -> None:
+        """Commits when rows have waited longer than FLUSH_PERIOD_S (call it from the parent's
+        loop: a kill then loses at most about that period of job rows)."""
+        if self._pending and self._clock() - self._oldest > FLUSH_PERIOD_S:
             self.flush()
 
     def flush(self) -> None:

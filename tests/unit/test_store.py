@@ -5,6 +5,30 @@ from pathlib import Path
 
 from stress.store import db, summary
 
+_PAYLOAD = {"job": {"index": 0, "program": "p", "pattern": "shared", "seed": 1, "invocations": 10},
+            "started": 1.0, "ended": 2.0,
+            "result": {"invocations": 10, "ok": 10, "miscompare": 0, "errors": 0,
+                       "nondeterministic": 0, "devices_created": 1, "latency_sum_us": 5.0,
+                       "latency_max_us": 1.0, "latency_hist": [0] * 22, "failures": [],
+                       "counts": {}}}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _committed_jobs(run_dir: Path) -> int:
+    """Job rows another process (report, a post-mortem reader) would see now."""
+    conn = db.connect(run_dir / db.DB_NAME, readonly=True)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
+    finally:
+        conn.close()
+
 
 def test_migrations_build_the_final_schema_and_are_idempotent(tmp_path: Path) -> None:
     conn = db.connect(tmp_path / "s.db")
@@ -17,6 +41,25 @@ def test_migrations_build_the_final_schema_and_are_idempotent(tmp_path: Path) ->
     run_cols = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
     assert {"run_id", "manifest", "config", "stop_reason", "seed"} <= run_cols
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    columns = {t: {r[1]: (r[2], r[3], r[4]) for r in conn.execute(f"PRAGMA table_info({t})")}
+               for t in ("failures", "windows", "jobs", "workers")}
+    # m004_evidence_exposures: (type, not null, default) of each column it adds
+    assert {c: columns["failures"][c] for c in ("native_tid", "evidence", "exposure")} == {
+        "native_tid": ("INTEGER", 0, None), "evidence": ("TEXT", 1, "'{}'"),
+        "exposure": ("TEXT", 0, None)}
+    assert columns["windows"]["steps"] == ("TEXT", 1, "'[]'")
+    assert {c: columns["jobs"][c] for c in ("full_teardowns", "handle_releases", "exit_path",
+                                            "pid")} == {
+        "full_teardowns": ("INTEGER", 1, "0"), "handle_releases": ("INTEGER", 1, "0"),
+        "exit_path": ("TEXT", 0, None), "pid": ("INTEGER", 0, None)}
+    assert {c: columns["workers"][c] for c in ("pattern", "device_used", "exit_path", "outcome",
+                                               "job_index", "batch", "exit_order",
+                                               "bye_at")} == {
+        "pattern": ("TEXT", 0, None), "device_used": ("INTEGER", 1, "0"),
+        "exit_path": ("TEXT", 0, None), "outcome": ("TEXT", 0, None),
+        "job_index": ("INTEGER", 0, None), "batch": ("INTEGER", 0, None),
+        "exit_order": ("INTEGER", 0, None), "bye_at": ("REAL", 0, None)}
+    assert db.SCHEMA_VERSION == 4
 
 
 def test_summary_is_rebuilt_from_the_database(tmp_path: Path) -> None:
@@ -39,3 +82,36 @@ def test_summary_is_rebuilt_from_the_database(tmp_path: Path) -> None:
     assert s["failures_detail"][0]["last_step"] == "invoke"
     assert db.integrity_ok(tmp_path / db.DB_NAME)
     assert isinstance(sqlite3.connect(tmp_path / db.DB_NAME), sqlite3.Connection)
+
+
+def test_job_rows_older_than_the_flush_period_are_committed_by_tick(tmp_path: Path) -> None:
+    clock = _Clock()
+    store = db.RunStore(tmp_path, clock=clock)
+    store.start_run("r", 1, "iree-stress soak", {}, {})
+    store.add_job("r", 0, _PAYLOAD, "ok")
+    store.add_job("r", 0, _PAYLOAD, "ok")
+    store.tick()
+    assert _committed_jobs(tmp_path) == 0  # still batched: younger than the period
+    clock.now += db.FLUSH_PERIOD_S * 1.2
+    store.tick()
+    assert _committed_jobs(tmp_path) == 2  # a SIGKILL now would lose neither
+    store.tick()
+    store.close()
+
+
+def test_a_job_row_arriving_after_the_period_commits_the_waiting_ones_without_a_tick(
+        tmp_path: Path) -> None:
+    clock = _Clock()
+    store = db.RunStore(tmp_path, clock=clock)
+    store.start_run("r", 1, "iree-stress soak", {}, {})
+    store.add_job("r", 0, _PAYLOAD, "ok")
+    clock.now += db.FLUSH_PERIOD_S / 2
+    store.add_job("r", 0, _PAYLOAD, "ok")
+    assert _committed_jobs(tmp_path) == 0
+    clock.now += db.FLUSH_PERIOD_S
+    store.add_job("r", 0, _PAYLOAD, "ok")
+    assert _committed_jobs(tmp_path) == 3
+    store.add_job("r", 0, _PAYLOAD, "ok")  # a new batch starts its own period
+    assert _committed_jobs(tmp_path) == 3
+    store.close()
+    assert _committed_jobs(tmp_path) == 4
