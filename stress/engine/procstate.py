@@ -292,17 +292,19 @@ class ToolRun:
 
 
 def run_bounded(argv: Sequence[str], timeout_s: float, *, env: dict[str, str] | None = None,
-                cwd: Path | None = None) -> ToolRun:
+                cwd: Path | None = None, new_group: bool = True) -> ToolRun:
     """Run `argv` in its own process group, capture its output, and return within about
     `timeout_s` + 2 s whatever it does: at the timeout the whole group gets SIGKILL (a tool's
     own children too: `subprocess.run(timeout=...)` would wait forever on a grandchild that
-    holds the pipe). Never raises for a missing or failing tool."""
+    holds the pipe). `new_group=False` keeps the tool in the caller's group (so a kill of the
+    caller's group reaches it; at the timeout only the tool itself is killed). Never raises
+    for a missing or failing tool."""
     t0 = time.monotonic()
     args = list(argv)
     try:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, errors="replace", env=env,
-                                cwd=cwd, start_new_session=True)
+                                cwd=cwd, start_new_session=new_group)
     except OSError as exc:
         return ToolRun(args, None, error=f"could not start: {exc}")
     try:
@@ -312,7 +314,10 @@ def run_bounded(argv: Sequence[str], timeout_s: float, *, env: dict[str, str] | 
     except subprocess.TimeoutExpired:
         pass
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        if new_group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
     except OSError:
         pass
     out = err = ""

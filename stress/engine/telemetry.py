@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,7 +53,8 @@ def _importable(module: str) -> bool:
 
 
 def _run_tool(argv: list[str]) -> str:
-    run = procstate.run_bounded(argv, _TOOL_TIMEOUT_S)
+    # in the snapshot child's process group: the parent's kill at its bound reaches the tool
+    run = procstate.run_bounded(argv, _TOOL_TIMEOUT_S, new_group=False)
     if run.rc != 0:
         raise RuntimeError(run.describe() + (f": {run.stderr.strip()[:200]}"
                                              if run.stderr.strip() else ""))
@@ -159,23 +161,26 @@ class RocmSmiReader:
         return {"raw_text": out[:_RAW_MAX_CHARS]}
 
 
-def readers_for(backend: str) -> list[TelemetryReader]:
-    """The readers for a backend ("cuda", "rocm"), in preference order; [] for others."""
+def readers_for(backend: str, only: Sequence[str] | None = None) -> list[TelemetryReader]:
+    """The readers for a backend ("cuda", "rocm"), in preference order; [] for others.
+    `only`: keep just the readers of these names (in the same order)."""
+    readers: list[TelemetryReader] = []
     if backend == "cuda":
-        return [NvmlReader(), NvidiaSmiReader()]
-    if backend == "rocm":
-        return [AmdSmiLibReader(), AmdSmiCliReader(), RocmSmiReader()]
-    return []
+        readers = [NvmlReader(), NvidiaSmiReader()]
+    elif backend == "rocm":
+        readers = [AmdSmiLibReader(), AmdSmiCliReader(), RocmSmiReader()]
+    return [r for r in readers if only is None or r.name in only]
 
 
-def read_first(backend: str, progress: Any = None) -> dict[str, Any]:
+def read_first(backend: str, progress: Callable[[str], None] | None = None,
+               only: Sequence[str] | None = None) -> dict[str, Any]:
     """In *this* process, unbounded: the first available reader that reads, as
     {"source": name, ...its dict, "errors": [earlier readers' failures]}; {"source": None,
     "note": ...} when none could. `progress(name)` is called before each reader. Used by the
     child of `snapshot`; call `snapshot` instead."""
     errors = []
     tried = []
-    for reader in readers_for(backend):
+    for reader in readers_for(backend, only):
         if not reader.available():
             continue
         tried.append(reader.name)
@@ -187,28 +192,30 @@ def read_first(backend: str, progress: Any = None) -> dict[str, Any]:
             errors.append(f"{reader.name}: {type(exc).__name__}: {exc}"[:300])
             continue
         return {"source": reader.name, **data, **({"errors": errors} if errors else {})}
-    names = ", ".join(r.name for r in readers_for(backend))
+    names = ", ".join(r.name for r in readers_for(backend, only))
     return {"source": None, "note": f"none of {names} usable" if not tried else
             f"every reader failed ({', '.join(tried)})", "errors": errors}
 
 
-def snapshot(backend: str, timeout_s: float = SNAPSHOT_TIMEOUT_S) -> dict[str, Any]:
+def snapshot(backend: str, timeout_s: float = SNAPSHOT_TIMEOUT_S,
+             only: Sequence[str] | None = None) -> dict[str, Any]:
     """One telemetry snapshot for `backend` ("cuda", "rocm"; anything else gives a note), read
     in a child process and returned within about `timeout_s` + 2 s whatever the driver does:
     {"time": wall clock at the start, "backend", "source": the reader that answered (or the one
     still running when time ran out), "gpus": [...] or "raw"/"raw_text", "errors": [...]}; on
     the bound, {"time", "backend", "source", "error": "timed out after Ns"}; when the child
-    could not run, "error" says why. Never raises."""
+    could not run, "error" says why. `only`: try just the readers of these names. Never
+    raises."""
     snap: dict[str, Any] = {"time": time.time(), "backend": backend}
-    if not readers_for(backend):
+    if not readers_for(backend, only):
         snap["note"] = f"no GPU telemetry for {backend}"
         return snap
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
                                 else "")
-    run = procstate.run_bounded([sys.executable, "-m", "stress.engine.telemetry", backend],
-                                timeout_s, env=env)
+    argv = [sys.executable, "-m", "stress.engine.telemetry", backend, *(only or [])]
+    run = procstate.run_bounded(argv, timeout_s, env=env)
     source, result = _parse_child(run.stdout)
     if result is not None:
         snap.update(result)
@@ -241,7 +248,7 @@ def _child_main(argv: list[str]) -> int:
         print(json.dumps({_PROGRESS_KEY: name}), flush=True)
 
     backend = argv[0] if argv else ""
-    result = read_first(backend, progress)
+    result = read_first(backend, progress, argv[1:] or None)
     print(json.dumps({_RESULT_KEY: result}, default=str), flush=True)
     return 0
 
