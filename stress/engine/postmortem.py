@@ -201,7 +201,7 @@ def parse_pystack(text: str) -> list[ThreadStack]:
     return threads
 
 
-_KERNEL_FAULT = re.compile(r"\b\S+\[(\d+)\]: (segfault at|general protection|trap )")
+_KERNEL_FAULT = re.compile(r"\b\S+\[(\d+)\]:? (segfault at|general protection|trap )")
 
 
 def kernel_fault_lines(lines: Collection[str], tids: Collection[int]) -> tuple[list[str],

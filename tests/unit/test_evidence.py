@@ -1,0 +1,295 @@
+"""Evidence pieces that need no real crash (issue 8 "what to build" 1-2, issue 17 item 5):
+where the kernel puts a core under each core_pattern form, the core's own notes, the stack
+parsers, the kernel log filter, busy-or-blocked classification. Real crashes and hangs are in
+tests/system/test_evidence.py."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from stress.engine import evidence, postmortem, procstate
+from stress.engine.postmortem import StackSource
+from stress.engine.procstate import Activity, ThreadState
+
+
+# ---- core_pattern --------------------------------------------------------------------------
+def test_a_relative_core_pattern_lands_in_the_worker_cwd(tmp_path: Path) -> None:
+    globs = postmortem.core_globs("core", 4242, tmp_path)
+
+    assert globs[0] == str(tmp_path / "core")
+    assert str(tmp_path / "core.4242") in globs
+
+
+def test_core_uses_pid_appends_the_pid_when_the_pattern_has_none(tmp_path: Path) -> None:
+    assert postmortem.core_globs("core", 7, tmp_path, uses_pid=True)[0] == str(tmp_path /
+                                                                               "core.7")
+    assert postmortem.core_globs("core.%p", 7, tmp_path, uses_pid=True)[0] == str(tmp_path /
+                                                                                  "core.7")
+
+
+def test_templates_become_the_pid_or_wildcards_and_percent_stays_literal(tmp_path: Path
+                                                                          ) -> None:
+    globs = postmortem.core_globs("/var/crash/core.%e.%p.%t%%", 99, tmp_path)
+
+    assert globs[0] == "/var/crash/core.*.99.*%"
+
+
+def test_a_pipe_pattern_gives_only_the_cwd_fallbacks(tmp_path: Path) -> None:
+    globs = postmortem.core_globs("|/usr/lib/systemd/systemd-coredump %P %u %g %s %t %c %h",
+                                  5, tmp_path)
+
+    assert globs == [str(tmp_path / "core.5"), str(tmp_path / "core")]
+
+
+def test_glob_characters_in_the_worker_folder_are_matched_literally(tmp_path: Path) -> None:
+    odd = tmp_path / "w[0]"
+    odd.mkdir()
+    (odd / "core").write_bytes(b"x")
+    (tmp_path / "w0").mkdir()
+    (tmp_path / "w0" / "core").write_bytes(b"x")
+
+    import glob
+
+    hits = glob.glob(postmortem.core_globs("core", 1, odd)[0])
+
+    assert hits == [str(odd / "core")]
+
+
+# ---- the core's notes -----------------------------------------------------------------------
+def fake_core(path: Path, pid: int, tids: list[int], signum: int) -> Path:
+    """A minimal ELF64 core: a header, one PT_NOTE, NT_PRSTATUS per thread (the crashing one
+    first, as the kernel writes it) and NT_PRPSINFO, laid out as on x86-64."""
+
+    def note(ntype: int, desc: bytes) -> bytes:
+        name = b"CORE\0\0\0\0"
+        return struct.pack("<III", 5, len(desc), ntype) + name + desc + b"\0" * (-len(desc) % 4)
+
+    notes = b""
+    for tid in tids:
+        prstatus = bytearray(336)
+        struct.pack_into("<h", prstatus, 12, signum)
+        struct.pack_into("<i", prstatus, 32, tid)
+        notes += note(1, bytes(prstatus))
+    prpsinfo = bytearray(136)
+    struct.pack_into("<i", prpsinfo, 24, pid)
+    notes += note(3, bytes(prpsinfo))
+    ehdr = bytearray(64)
+    ehdr[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<HH", ehdr, 16, 4, 62)  # ET_CORE, x86-64
+    struct.pack_into("<Q", ehdr, 0x20, 64)  # e_phoff
+    struct.pack_into("<HHH", ehdr, 0x36, 56, 1, 0)  # e_phentsize, e_phnum
+    phdr = struct.pack("<IIQQQQQQ", 4, 0, 64 + 56, 0, 0, len(notes), 0, 4)
+    path.write_bytes(bytes(ehdr) + phdr + notes)
+    return path
+
+
+def test_the_core_notes_name_the_process_and_the_thread_that_took_the_signal(
+        tmp_path: Path) -> None:
+    core = fake_core(tmp_path / "core", pid=300, tids=[305, 300, 301], signum=11)
+
+    notes = postmortem.read_core_notes(core)
+
+    assert notes is not None
+    assert (notes.pid, notes.crashed_tid, notes.signal) == (300, 305, 11)
+    assert notes.tids == [305, 300, 301]
+
+
+def test_a_file_that_is_not_a_core_has_no_notes(tmp_path: Path) -> None:
+    (tmp_path / "core").write_text("core: a folder name, a text file, anything\n")
+
+    assert postmortem.read_core_notes(tmp_path / "core") is None
+    assert postmortem.read_core_notes(tmp_path / "missing") is None
+
+
+def test_a_stale_core_of_another_process_is_neither_read_nor_deleted(tmp_path: Path) -> None:
+    stale = fake_core(tmp_path / "core", pid=os.getpid() + 1, tids=[os.getpid() + 1],
+                      signum=6)
+    stderr = "noise\nFatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most ..."
+
+    stacks = postmortem.native_stacks(os.getpid(), "/usr/bin/python3", tmp_path, stderr,
+                                      timeout_s=10)
+
+    assert stale.exists()
+    assert stacks.tool is StackSource.FAULTHANDLER
+    assert stacks.text.startswith("Fatal Python error: Segmentation fault")
+    assert f"no core of {os.getpid()}" in stacks.note
+    assert stacks.core is None
+
+
+def test_with_no_core_and_no_report_the_stack_says_none_and_why(tmp_path: Path) -> None:
+    stacks = postmortem.native_stacks(os.getpid(), "/usr/bin/python3", tmp_path, "", 10,
+                                      since_wall=4e9)
+
+    assert stacks.tool is StackSource.NONE
+    assert "no faulthandler report" in stacks.note
+    assert stacks.render().startswith("# none\n# note: no core of")
+
+
+# ---- parsers ----------------------------------------------------------------------------------
+GDB_CORE = """\
+[New LWP 5113]
+Core was generated by `/venv/bin/python crash.py'.
+Program terminated with signal SIGSEGV, Segmentation fault.
+#0  __pthread_kill_implementation (threadid=<optimized out>, signo=11) at pthread_kill.c:44
+[Current thread is 1 (Thread 0x7feeab7ea6c0 (LWP 5113))]
+
+Thread 2 (Thread 0x7feeac46ab80 (LWP 5112) "python"):
+#0  __futex_abstimed_wait_common64 (private=<optimized out>) at futex-internal.c:57
+#1  0x00007feeac0a9370 in PyThread_acquire_lock_timed (lock=0x7f) at thread_pthread.h:497
+
+Thread 1 (Thread 0x7feeab7ea6c0 (LWP 5113)):
+#0  __pthread_kill_implementation (threadid=<optimized out>) at ./nptl/pthread_kill.c:44
+#1  0x00007feeabca8f4f in __pthread_kill_internal (signo=11) at ./nptl/pthread_kill.c:78
+#2  0x00007feeabc59fb2 in __GI_raise (sig=11) at ../sysdeps/posix/raise.c:26
+#3  <signal handler called>
+#4  iree_fault_segv () at libfault.c:72
+#5  0x00007feeab7f6f7a in ?? () from /lib/x86_64-linux-gnu/libffi.so.8
+#6  0x00007feeab7f6b0d in ffi_call () from /lib/x86_64-linux-gnu/libffi.so.8
+"""
+
+
+def test_gdb_threads_carry_their_lwp_and_the_current_thread_is_the_crashed_one() -> None:
+    threads, current = postmortem.parse_gdb(GDB_CORE)
+
+    assert [(t.tid, t.name) for t in threads] == [(5112, "python"), (5113, None)]
+    assert current == 5113
+    assert threads[1].frames[3:] == ["<signal handler called>", "iree_fault_segv", "??",
+                                     "ffi_call"]
+
+
+def test_crash_frames_start_at_the_function_that_faulted_not_at_the_re_raise() -> None:
+    threads, current = postmortem.parse_gdb(GDB_CORE)
+    stacks = postmortem.Stacks(StackSource.CORE_GDB, GDB_CORE, current, threads=threads,
+                               signal=11)
+
+    assert stacks.crash_frames()[0] == "iree_fault_segv"
+    assert stacks.summary()["signal"] == "SIGSEGV"
+    assert "# thread 5113 took SIGSEGV; crashing frames: iree_fault_segv < ??" in stacks.render()
+
+
+PYSPY_LIVE = """\
+Process 5315: /venv/bin/python hang.py
+Python v3.11.7 (/venv/bin/python)
+
+Thread 5315 (idle): "MainThread"
+    clock_nanosleep (libc.so.6)
+    <module> (hang.py:6)
+Thread 5317 (active): "spinner"
+    iree_fault_spin (libfault.c:76)
+    Thread.run (threading.py:982)
+Thread 0x7F00AA (idle): "no native id"
+    wait (threading.py:320)
+"""
+
+
+def test_pyspy_threads_carry_their_native_id_state_and_frames() -> None:
+    threads = postmortem.parse_pyspy(PYSPY_LIVE)
+
+    assert [(t.tid, t.name, t.state) for t in threads] == [
+        (5315, "MainThread", "idle"), (5317, "spinner", "active"), (None, "no native id", "idle")]
+    assert threads[1].frames == ["iree_fault_spin", "Thread.run"]
+
+
+def test_pyspy_core_output_has_no_thread_state() -> None:
+    threads = postmortem.parse_pyspy('Thread 5113: "crasher"\n    go (/tmp/crash.py:7)\n')
+
+    assert [(t.tid, t.name, t.state, t.frames) for t in threads] == [
+        (5113, "crasher", None, ["go"])]
+
+
+def test_the_kernel_fault_line_is_taken_only_for_the_process_threads() -> None:
+    lines = ["[  9.1] python[2423]: segfault at 0 ip 00007f sp 00007f error 6 in libfault.so.1",
+             "[  9.2] other[77]: segfault at 8 ip 1 sp 2 error 4 in libc.so.6",
+             "[  9.3] traps: iree-worker[2430] general protection fault ip:7f sp:7f error:0",
+             "[  9.4] python[2423]: something else"]
+
+    hits, tid = postmortem.kernel_fault_lines(lines, {2423, 2430})
+
+    assert hits == [lines[0], lines[2]]
+    assert tid == 2430
+
+
+def test_faulthandler_text_is_the_last_report_in_stderr() -> None:
+    err = "Fatal Python error: Aborted\nold\nlog line\nFatal Python error: Segmentation fault\nx"
+
+    assert postmortem.faulthandler_text(err) == "Fatal Python error: Segmentation fault\nx"
+    assert postmortem.faulthandler_text("no report") is None
+
+
+# ---- the kernel log ------------------------------------------------------------------------
+def test_kernel_log_keeps_gpu_and_fault_lines_since_the_start_plus_the_last_lines() -> None:
+    stamped: list[tuple[float | None, str]] = [
+        (100.0, "NVRM: Xid 79, GPU has fallen off the bus (before the run)")]
+    stamped += [(200.0 + i, f"eth0: link chatter {i}") for i in range(30)]
+    stamped.insert(5, (203.5, "NVRM: Xid (PCI:0000:1b:00): 13, Graphics Exception"))
+    stamped.insert(9, (206.5, "amdgpu 0000:03:00.0: ring gfx_0.0.0 timeout, signaled seq=1"))
+    stamped.insert(12, (207.5, "INFO: task python:123 blocked for more than 120 seconds."))
+
+    lines = procstate.select_lines(stamped, since_wall=199.0, max_lines=200)
+
+    assert "NVRM: Xid 79, GPU has fallen off the bus (before the run)" not in lines
+    assert lines[:3] == ["NVRM: Xid (PCI:0000:1b:00): 13, Graphics Exception",
+                         "amdgpu 0000:03:00.0: ring gfx_0.0.0 timeout, signaled seq=1",
+                         "INFO: task python:123 blocked for more than 120 seconds."]
+    assert lines[3:] == [f"eth0: link chatter {i}" for i in range(20, 30)]
+    assert procstate.select_lines(stamped, 199.0, max_lines=4)[0] == "eth0: link chatter 26"
+
+
+def test_the_kernel_log_keeps_nothing_older_than_the_start_or_says_why_it_is_unreadable(
+        ) -> None:
+    log = procstate.kernel_log_tail(since_wall=4e9)  # the future: nothing logged since
+
+    if log.source is None:
+        assert log.note and log.text.startswith("# kernel log not readable: ")
+    else:
+        assert log.lines == []
+        assert "(nothing logged since then)" in log.text
+
+
+# ---- busy or blocked --------------------------------------------------------------------------
+def state(tid: int, letter: str, ticks: int, ns: int | None = None) -> ThreadState:
+    return ThreadState(tid, "python", letter, ticks, ns)
+
+
+@pytest.mark.parametrize(("first", "last", "expected"), [
+    (state(1, "R", 0), state(1, "R", 1), Activity.BUSY),  # on a run queue it never got
+    (state(1, "S", 0, 0), state(1, "R", 0, 400_000_000), Activity.BUSY),  # 0.4 of 0.5 s
+    (state(1, "S", 0), state(1, "S", 0), Activity.BLOCKED),
+    (state(1, "D", 0), state(1, "D", 1), Activity.BLOCKED),  # a driver ioctl, 1 tick
+    (state(1, "S", 0, 0), state(1, "S", 0, 100_000_000), Activity.MIXED),  # 20% of a core
+    (state(1, "R", 0), state(1, "S", 0), Activity.MIXED),
+    (state(1, "S", 0), None, Activity.GONE),
+    (state(1, "S", 0), state(1, "Z", 0), Activity.GONE),
+])
+def test_threads_are_classified_busy_blocked_mixed_or_gone(
+        first: ThreadState, last: ThreadState | None, expected: Activity) -> None:
+    assert procstate.classify(first, last, window_s=0.5).activity is expected
+
+
+def test_stat_lines_with_parentheses_in_the_thread_name_parse() -> None:
+    line = "123 (evil) (R x) S 1 123 123 0 -1 4194560 50 0 0 0 17 5 0 0 20 0 3 0 9 0 0"
+
+    assert procstate.parse_stat(line) == ("evil) (R x", "S", 22)
+
+
+def test_this_process_threads_are_read_from_proc() -> None:
+    threads = procstate.thread_states(os.getpid())
+
+    main = next(t for t in threads if t.tid == os.getpid())
+    assert main.state == "R"  # it is running this very line
+    assert main.cpu_ticks >= 0 and main.name
+
+
+def test_a_vanished_process_gives_empty_evidence_not_an_error() -> None:
+    gone = 2**22 + 12345  # above the default pid_max: no such process
+    ev = evidence.collect_many([gone], window_s=0.05, timeout_s=5)
+
+    assert ev.processes[gone].samples == {}
+    assert ev.processes[gone].stacks.tool is StackSource.NONE
+    assert procstate.sample(gone, 0.01) == {}
+    assert set(ev.files(gone)) == {"stacks.txt", "threads.json", "kernel.log",
+                                   "telemetry_before.json"}
