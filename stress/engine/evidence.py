@@ -182,13 +182,15 @@ def collect_many(pids: Sequence[int], *, stderr_paths: Mapping[int, Path] | None
     klog: list[procstate.KernelLog] = []
     since = since_wall if since_wall is not None else time.time() - _KERNEL_LOG_LOOKBACK_S
 
-    def side() -> None:
-        klog.append(procstate.kernel_log_tail(since))
+    def read_telemetry() -> None:
         if backend is not None:
             snap.update(telemetry.snapshot(backend))
 
-    side_thread = threading.Thread(target=side, name="evidence-side", daemon=True)
-    side_thread.start()
+    side = [threading.Thread(target=lambda: klog.append(procstate.kernel_log_tail(since)),
+                             name="evidence-kernel-log", daemon=True),
+            threading.Thread(target=read_telemetry, name="evidence-telemetry", daemon=True)]
+    for th in side:
+        th.start()
     samples = procstate.sample_many(list(pids), window_s)
     t_sampled = time.monotonic()
     stacks: dict[int, Stacks] = {}
@@ -209,7 +211,9 @@ def collect_many(pids: Sequence[int], *, stderr_paths: Mapping[int, Path] | None
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     t_stacks = time.monotonic()
-    side_thread.join(timeout=max(0.0, telemetry.SNAPSHOT_TIMEOUT_S + 5.0 - (t_stacks - t0)))
+    side_deadline = t0 + telemetry.SNAPSHOT_TIMEOUT_S + 5.0  # both reads are bounded below it
+    for th in side:
+        th.join(timeout=max(0.0, side_deadline - time.monotonic()))
     kernel = klog[0] if klog else procstate.KernelLog(None, [], "kernel log read timed out",
                                                       since)
     if backend is not None and not snap:
