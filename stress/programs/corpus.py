@@ -1,4 +1,4 @@
-"""The built-in corpus: pointwise programs rendered from mlir/elementwise.mlir.in.
+"""The built-in corpus: pointwise programs rendered from stress/programs/mlir/elementwise.mlir.in.
 
 Names are stable and greppable: KIND.OP.DTYPE.SHAPE, e.g. binary.add.f16.2x16x64x64+1x16x1x1.
 """
@@ -14,7 +14,9 @@ from stress.errors import UsageError
 from stress.programs import dtypes
 from stress.programs.program import Arg, Program
 
-MLIR_DIR: Path = Path(__file__).resolve().parents[2] / "mlir"
+# Package data (pyproject.toml), so an installed iree-stress finds it wherever it runs from.
+MLIR_DIR: Path = Path(__file__).resolve().parent / "mlir"
+EXAMPLES_DIR: Path = MLIR_DIR / "examples"  # user-program examples (--program FILE)
 _TEMPLATE_NAME = "elementwise.mlir.in"
 
 FLOATS = ("f32", "f16", "bf16")

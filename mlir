@@ -1,0 +1,1 @@
+stress/programs/mlir
