@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import threading
 import time
@@ -48,8 +47,9 @@ _KERNEL_LOG_LOOKBACK_S: float = 300.0  # without a start time: the last five min
 def dump_stacks(pid: int, stderr_path: Path | None = None,
                 timeout_s: float = STACKS_TIMEOUT_S) -> Stacks:
     """Every thread's stack of *live* process `pid`: `py-spy dump --native` (native and
-    Python frames), else `gdb -p` with `thread apply all bt` (native frames), else SIGUSR1 to
-    the worker's faulthandler, whose Python frames are read from the new end of `stderr_path`.
+    Python frames), else `gdb -p` (or cuda-gdb) with `thread apply all bt` (native frames),
+    else SIGUSR1 to the worker's faulthandler, whose Python frames are read from the new end
+    of `stderr_path`.
     `Stacks.tool` says which; `Stacks.threads` holds each thread's native id (py-spy's
     `Thread 1234`, gdb's `LWP 1234`) and frames. Each tool is killed at its own bound and the
     whole call at about `timeout_s`; never raises. The process is paused while a tool reads
@@ -70,7 +70,7 @@ def dump_stacks(pid: int, stderr_path: Path | None = None,
         notes.append(f"py-spy: {run.error or run.stderr.strip()[:200] or run.describe()}")
     else:
         notes.append("py-spy not found")
-    gdb = shutil.which("gdb")
+    gdb = postmortem.find_gdb()
     if gdb:
         run = procstate.run_bounded(
             [gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off", "-iex",

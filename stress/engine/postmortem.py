@@ -417,6 +417,12 @@ def gdb_core_argv(gdb: str, exe: str, core: Path) -> list[str]:
             "thread apply all bt", exe, str(core)]
 
 
+def find_gdb() -> str | None:
+    """gdb, else cuda-gdb (a full gdb for host code too: the only one on the CUDA image of
+    the H200 machines), on PATH."""
+    return shutil.which("gdb") or shutil.which("cuda-gdb")
+
+
 def pystack_available() -> bool:
     return importlib.util.find_spec("pystack") is not None
 
@@ -433,8 +439,9 @@ def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
     """Every thread's stack of process `pid`, dead by a signal, whose executable was `exe`
     (the worker's sys.executable) and whose cwd was `core_dir`. Paths, first that works:
 
-    1. core+gdb: the core (see `find_core`) read by `gdb thread apply all bt`; when py-spy is
-       here its Python frames of the same core are appended (`# py-spy dump --core`);
+    1. core+gdb: the core (see `find_core`) read by `gdb thread apply all bt` (or cuda-gdb);
+       when py-spy is here its Python frames of the same core are appended
+       (`# py-spy dump --core`);
     2. core+pystack (when `pystack` is importable): native and Python frames;
     3. core+py-spy: Python frames only (no gdb, e.g. on the H200);
     4. kernel-log: the kernel's `segfault at ... in LIB[...]` line of one of the process's
@@ -487,13 +494,14 @@ def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
 
 def _read_core(core: Path, exe: str, crashed: int | None, left: Callable[[], float],
                notes_text: list[str]) -> Stacks | None:
-    gdb = shutil.which("gdb")
+    gdb = find_gdb()
     pyspy = find_pyspy()
     if gdb:
         run = procstate.run_bounded(gdb_core_argv(gdb, exe, core), left())
         threads, current = parse_gdb(run.stdout)
         if threads:
-            text = f"# gdb thread apply all bt ({exe} {core.name})\n{run.stdout}"
+            text = (f"# {os.path.basename(gdb)} thread apply all bt ({exe} {core.name})\n"
+                    f"{run.stdout}")
             if pyspy:
                 py = procstate.run_bounded([pyspy, "dump", "--core", str(core)], left())
                 if py.rc == 0 and py.stdout.strip():

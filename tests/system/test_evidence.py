@@ -6,7 +6,6 @@ blocks in native code, and the evidence names the native frame and the thread.""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -87,8 +86,8 @@ def needs_cores() -> None:
 def test_a_native_segv_on_a_thread_names_that_thread_and_its_faulting_frame(
         fault_lib: Path, tmp_path: Path) -> None:
     needs_cores()
-    if shutil.which("gdb") is None:
-        pytest.skip("no gdb")
+    if postmortem.find_gdb() is None:
+        pytest.skip("no gdb or cuda-gdb")
     start = time.time()
     pid, out, err, rc = crash(THREAD_CRASH, tmp_path, str(fault_lib))
     assert rc == -11, err
@@ -113,8 +112,8 @@ def test_a_native_segv_on_a_thread_names_that_thread_and_its_faulting_frame(
 def test_a_segv_in_an_exit_destructor_is_read_from_the_core_and_the_core_is_deleted(
         fault_lib: Path, tmp_path: Path) -> None:
     needs_cores()
-    if shutil.which("gdb") is None:
-        pytest.skip("no gdb")
+    if postmortem.find_gdb() is None:
+        pytest.skip("no gdb or cuda-gdb")
     pid, out, err, rc = crash(EXIT_CRASH, tmp_path, LD_PRELOAD=str(fault_lib),
                               IREE_FAULT_EXIT="segv")
     assert (out, rc) == ("bye\n", -11), err
