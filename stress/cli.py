@@ -171,7 +171,17 @@ def soak(**kw: Any) -> None:
         click.echo(json.dumps(summary))
     else:
         click.echo(summary_table(summary))
-    sys.exit(EXIT_FAILURES if summary["failed"] else EXIT_OK)
+    sys.exit(soak_exit_code(summary))
+
+
+def soak_exit_code(summary: dict[str, Any]) -> int:
+    """1 when failures were found (whatever else happened: they are real); else 3 when the run
+    cannot vouch for its own result (interrupted, store failure, harness errors); else 0."""
+    if summary["failed"]:
+        return EXIT_FAILURES
+    if summary["status"] != "completed" or summary.get("harness_errors"):
+        return EXIT_INCONCLUSIVE
+    return EXIT_OK
 
 
 @cli.command(context_settings=CONTEXT)

@@ -14,13 +14,14 @@ from stress.analysis.report import signature_summaries
 from stress.engine.config import SoakConfig
 from stress.engine.patterns import ALL_PATTERNS
 from stress.engine.phases import Phases
-from stress.engine.probe import LIBRARY_HINT, probe
+from stress.engine.probe import LIBRARY_HINT, ProbeResult, probe
 from stress.engine.session import Session
 from stress.errors import UsageError
 from stress.programs import corpus, targets, userprog
 from stress.programs.cache import ArtifactCache, load_export
 from stress.programs.program import Program
 from stress.store import summary as summary_mod
+from stress.store.db import RunStore
 
 
 @dataclass
@@ -83,25 +84,34 @@ def choose_exported(arts: dict[str, tuple[Program, Path]], globs: list[str]) -> 
 
 
 def resolve_target(opts: SoakOptions, python: str, env: dict[str, str]) -> tuple[
-        targets.Target, str, dict[str, Any]]:
-    """Explicit target, else the first usable GPU driver, else cpu. Checks the driver works."""
-    candidates = ["hip", "cuda", "vulkan", "local-task", "local-sync"]
-    found = probe(python, candidates, env)
-    usable = [d for d in candidates if isinstance(found.get(d), dict) and found[d].get("ok")]
+        targets.Target, str, ProbeResult]:
+    """Explicit target, else the first usable GPU driver, else cpu. Refuses (exit 2) only a
+    driver that cannot load; one that loads and then crashes or stalls in its teardown is a
+    finding (`ProbeResult.failures`), and the run goes on."""
     if opts.target:
         target = targets.parse(opts.target)
+        found = ProbeResult()
     else:
-        auto = next((b for b, d in (("rocm", "hip"), ("cuda", "cuda")) if d in usable), "cpu")
+        found = probe(python, ["hip", "cuda"], env, opts.teardown_timeout_s)
+        auto = next((b for b, d in (("rocm", "hip"), ("cuda", "cuda"))
+                     if found.drivers.get(d, {}).get("ok")), "cpu")
         target = targets.parse(auto)
     uri = opts.device or target.device_uri
     driver = uri.split("://", 1)[0].split(":", 1)[0]
-    info = found.get(driver, {})
+    if driver not in found.drivers:
+        mine = probe(python, [driver], env, opts.teardown_timeout_s)
+        found.drivers.update(mine.drivers)
+        found.failures += mine.failures
+        found.compiled_in = mine.compiled_in or found.compiled_in
+    found.failures = [f for f in found.failures if f["driver"] == driver]
+    info = found.drivers.get(driver, {})
     if not info.get("ok"):
         hint = LIBRARY_HINT.get(driver, "")
         error = " ".join(str(info.get("error", "unknown")).split())[:400]  # one line
-        raise UsageError(f"driver {driver!r} is not usable here: {error}"
-                         f"{'; it needs ' + hint if hint else ''}; usable drivers: "
-                         f"{', '.join(usable) or 'none'}")
+        usable = [d for d, i in found.drivers.items() if i.get("ok")]
+        raise UsageError(f"driver {driver!r} cannot load here: {error}"
+                         f"{'; it needs ' + hint if hint else ''}"
+                         f"{'; usable: ' + ', '.join(usable) if usable else ''}")
     return target, driver, found
 
 
@@ -133,7 +143,7 @@ def run_soak(opts: SoakOptions) -> dict[str, Any]:
     seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(3), "little")
     python = opts.python or sys.executable
     env = {**os.environ, **opts.env}
-    target, driver, _found = resolve_target(opts, python, env)
+    target, driver, found = resolve_target(opts, python, env)
     run_id, run_dir = make_run_dir(opts.results, seed)
     phases = Phases()
     if exported is not None:
@@ -171,5 +181,6 @@ def run_soak(opts: SoakOptions) -> dict[str, Any]:
         shard=opts.shard, job_seed=opts.job_seed, command=shlex.join(argv),
         progress=opts.progress, compiler_version=compiler_version,
         tool_version=__version__)
-    Session(config, run_id, run_dir, phases).run()
+    Session(config, run_id, run_dir, RunStore(run_dir), phases,
+            startup_failures=found.failures).run()
     return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stress.engine.failures import ALL_CLASSES
+from stress.vocab import ALL_CLASSES
 
 
 def summary_table(s: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from stress.engine.journal import NO_JOB, Entry, JournalReader, Phase, SlotView, Step
 
 STEPS_KEPT: int = 24  # journal entries of the failing thread stored with each failure
-OTHER_STEPS_KEPT: int = 6  # ... and of every other thread
+OTHER_STEPS_KEPT: int = 12  # ... and of every other thread (what it was doing meanwhile)
 
 _CURRENT_THREAD = re.compile(r"Current thread (0x[0-9a-f]+)")
 
@@ -79,10 +79,10 @@ def attribute(reader: JournalReader | None, stderr_text: str = "",
         if v is not chosen:
             in_flight += [f"t{v.slot}:{e.step.label}" for e in v.in_flight()
                           if e.step is not Step.JOB]
-    steps = [_entry_dict(e, True) for e in chosen.entries[-STEPS_KEPT:]]
+    steps = [entry_dict(e, True, chosen.native_tid) for e in chosen.entries[-STEPS_KEPT:]]
     for v in views:
         if v is not chosen:
-            steps += [_entry_dict(e, False) for e in v.entries[-OTHER_STEPS_KEPT:]]
+            steps += [entry_dict(e, False, v.native_tid) for e in v.entries[-OTHER_STEPS_KEPT:]]
     lines = []
     for v in [chosen] + [v for v in views if v is not chosen]:
         lines.append(f"== thread slot {v.slot} (tid {v.native_tid}, ident {v.py_ident:#x})"
@@ -103,6 +103,9 @@ def window_tokens(steps: list[dict[str, Any]], k: int = 12) -> list[str]:
     return out[-k:]
 
 
-def _entry_dict(e: Entry, failing: bool) -> dict[str, Any]:
-    return {"t": e.ts_ns, "slot": e.slot, "step": e.step.label, "phase": e.phase.name.lower(),
-            "device": e.device, "job": None if e.job == NO_JOB else e.job, "failing": failing}
+def entry_dict(e: Entry, failing: bool, tid: int = 0) -> dict[str, Any]:
+    """A journal entry as stored with failures and sampled windows (raw facts: analysis
+    derives tokens and features from these)."""
+    return {"t": e.ts_ns, "slot": e.slot, "tid": tid, "step": e.step.label,
+            "phase": e.phase.name.lower(), "device": e.device,
+            "job": None if e.job == NO_JOB else e.job, "failing": failing}

@@ -14,6 +14,7 @@ import os
 import random
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 
 from stress.engine.journal import SlotWriter, Step
 from stress.errors import UsageError
@@ -55,27 +56,38 @@ class Spec:
     kind: Kind
     step: Step
     prob: float
+    while_step: Step | None = None  # fire only while another thread has this step in flight
 
     def text(self) -> str:
-        return f"{self.kind.value}@{self.step.label}:{self.prob:g}"
+        cond = f"?while={self.while_step.label}" if self.while_step else ""
+        return f"{self.kind.value}@{self.step.label}:{self.prob:g}{cond}"
 
 
 def parse(text: str) -> Spec:
-    """`segv@invoke:0.01`, `hang@release` (probability 1)."""
+    """`segv@invoke:0.01`, `hang@release` (probability 1), `raise@device-release:1?while=
+    device-create` (only while another thread of the process is creating a device: a
+    cross-thread race made to order)."""
     try:
-        kind_text, rest = text.split("@", 1)
+        body, _, cond = text.partition("?")
+        kind_text, rest = body.split("@", 1)
         step_text, _, prob_text = rest.partition(":")
         kind = Kind(kind_text.strip().lower())
         step = Step.parse(step_text)
         prob = float(prob_text) if prob_text else 1.0
+        while_step = None
+        if cond:
+            key, _, value = cond.partition("=")
+            if key.strip() != "while":
+                raise ValueError(cond)
+            while_step = Step.parse(value)
     except (ValueError, KeyError):
         kinds = ", ".join(k.value for k in Kind)
         steps = ", ".join(s.label for s in Step if s is not Step.INJECT)
-        raise UsageError(f"bad --inject {text!r}: want KIND@STEP[:PROB], KIND in {kinds}; "
-                         f"STEP in {steps}") from None
+        raise UsageError(f"bad --inject {text!r}: want KIND@STEP[:PROB][?while=STEP], KIND in "
+                         f"{kinds}; STEP in {steps}") from None
     if not 0.0 <= prob <= 1.0:
         raise UsageError(f"bad --inject {text!r}: probability must be within 0..1")
-    return Spec(kind, step, prob)
+    return Spec(kind, step, prob, while_step)
 
 
 def parse_env(value: str | None) -> list[Spec]:
@@ -88,7 +100,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 class Injector:
     """Installed as the journal's begin hook in a worker."""
 
-    def __init__(self, specs: list[Spec], seed: int):
+    def __init__(self, specs: list[Spec], seed: int, journal_path: str | None = None):
+        self.journal_path = journal_path  # to see other threads' steps (`?while=`)
         self.by_step: dict[int, list[Spec]] = {}
         for s in specs:
             self.by_step.setdefault(int(s.step), []).append(s)
@@ -100,11 +113,28 @@ class Injector:
         if not specs:
             return
         for spec in specs:
+            if spec.while_step is not None and not self._other_in_flight(writer.slot,
+                                                                         spec.while_step):
+                continue
             if self._rng.random() < spec.prob:
                 # The marker makes the failing thread unambiguous even for kill/exit, which
                 # leave no faulthandler trace behind.
                 writer.mark_injection(step, _KIND_CODES[spec.kind])
                 fire(spec.kind, writer.slot, step, self)
+
+
+    def _other_in_flight(self, slot: int, step: Step) -> bool:
+        """Whether another thread's newest journal record begins `step` right now."""
+        if self.journal_path is None:
+            return False
+        from stress.engine.journal import JournalReader, Phase
+
+        reader = JournalReader(Path(self.journal_path))
+        try:
+            return any(s != slot and code == step and phase == Phase.BEGIN
+                       for s, _ts, code, phase, _job in reader.latest())
+        finally:
+            reader.close()
 
 
 _KIND_CODES = {k: i + 1 for i, k in enumerate(Kind)}

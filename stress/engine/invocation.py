@@ -52,12 +52,18 @@ class FailureNote:
     message: str
     invocation: int
     device: int
-    window: list[tuple[str, str]] = field(default_factory=list)  # (phase, step), oldest first
+    # raw journal entries of the failing thread (failing=True) and the other threads, and the
+    # steps in flight on every thread at that moment: the same shape the parent stores for
+    # crashes and hangs, so analysis treats every failure alike
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: list[str] = field(default_factory=list)
+    native_tid: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"class": self.cls, "step": self.step, "message": self.message[:2000],
                 "invocation": self.invocation, "device": self.device,
-                "window": [list(w) for w in self.window]}
+                "steps": self.steps, "in_flight": self.in_flight,
+                "native_tid": self.native_tid}
 
     def key(self) -> str:
         return f"{self.cls}|{self.step}|{message_key(self.message)}"
@@ -72,7 +78,7 @@ def message_key(message: str) -> str:
     return re.sub(r"0x[0-9a-f]+|\d+(\.\d+)?(e-?\d+)?", "#", head)[:120]
 
 
-WINDOW_STEPS: int = 12  # journal records kept as the window before a failure
+WINDOW_STEPS: int = 24  # journal records of the failing thread kept with each failure note
 
 
 @dataclass
@@ -84,18 +90,32 @@ class JobResult:
     nondeterministic: int = 0  # bits changed but still within the reference tolerance
     devices_created: int = 0
     devices_released: int = 0
+    full_teardowns: int = 0  # releases of the process's last live device (driver teardown)
+    handle_releases: int = 0  # releases while another device of the process stayed alive
     latency_hist: list[int] = field(default_factory=lambda: [0] * LATENCY_BUCKETS)
     latency_sum_us: float = 0.0
     latency_max_us: float = 0.0
     failures: list[FailureNote] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # FailureNote.key() -> occurrences
 
-    def note(self, n: FailureNote, writer: SlotWriter) -> None:
+    def note(self, n: FailureNote, writer: SlotWriter,
+             window: tuple[list[dict[str, Any]], list[str], int] | None = None) -> None:
+        """Counts a failure; the first few per job keep the journal window of the thread that
+        failed (`window` when the caller snapshotted it already, e.g. on a helper thread)."""
         key = n.key()
         self.counts[key] = self.counts.get(key, 0) + 1
         if len(self.failures) < _MAX_NOTES:
-            n.window = writer.tail(WINDOW_STEPS)
+            n.steps, n.in_flight, n.native_tid = window or snapshot(writer)
             self.failures.append(n)
+
+    def count_release(self, full: bool | None) -> None:
+        if full is None:
+            return
+        self.devices_released += 1
+        if full:
+            self.full_teardowns += 1
+        else:
+            self.handle_releases += 1
 
     def add_latency(self, seconds: float) -> None:
         us = seconds * 1e6
@@ -110,6 +130,7 @@ class JobResult:
                 "errors": self.errors, "nondeterministic": self.nondeterministic,
                 "devices_created": self.devices_created,
                 "devices_released": self.devices_released,
+                "full_teardowns": self.full_teardowns, "handle_releases": self.handle_releases,
                 "latency_hist": self.latency_hist, "latency_sum_us": self.latency_sum_us,
                 "latency_max_us": self.latency_max_us,
                 "failures": [f.as_dict() for f in self.failures[:_MAX_NOTES]],
@@ -117,6 +138,32 @@ class JobResult:
 
 
 _MAX_NOTES = 5  # failure notes sent per job; the counts carry the rest
+_OTHER_ENTRIES: int = 8  # journal entries kept of each other thread with a failure note
+
+
+def snapshot(writer: SlotWriter) -> tuple[list[dict[str, Any]], list[str], int]:
+    """(raw entries, in-flight steps, native tid) of the calling thread's slot and the other
+    threads of this process, read from our own journal file: the failing thread's own window,
+    taken on the thread that failed (helper threads included)."""
+    from stress.engine.attribution import entry_dict  # deferred: cold path only
+    from stress.engine.journal import JournalReader
+
+    reader = JournalReader(writer._journal.path)
+    try:
+        views = reader.all_slots(last=WINDOW_STEPS + 8)
+    finally:
+        reader.close()
+    steps: list[dict[str, Any]] = []
+    flight: list[str] = []
+    tid = 0
+    for v in sorted(views, key=lambda v: v.slot != writer.slot):
+        own = v.slot == writer.slot
+        if own:
+            tid = v.native_tid
+        entries = v.entries[-(WINDOW_STEPS if own else _OTHER_ENTRIES):]
+        steps += [entry_dict(e, own, v.native_tid) for e in entries]
+        flight += [f"t{v.slot}:{e.step.label}" for e in v.in_flight() if e.step is not Step.JOB]
+    return steps, flight, tid
 
 
 class Device:
@@ -124,23 +171,27 @@ class Device:
 
     _ids = iter(range(1, 1 << 31))
     _ids_lock = threading.Lock()
+    live: int = 0  # devices of this process created and not yet released (under _ids_lock)
 
     def __init__(self, driver: Any, uri: str, writer: SlotWriter):
         with Device._ids_lock:
             self.id = next(Device._ids)
-        writer.begin(Step.DEVICE_CREATE, self.id)
-        try:
-            self.hal_device: Any = driver.create_device_by_uri(uri)
+        self.hal_device: Any = None
+        self.loaded: dict[str, LoadedProgram] = {}
+        try:  # begin inside the try: an injected `raise` at begin is a failed step too
+            writer.begin(Step.DEVICE_CREATE, self.id)
+            self.hal_device = driver.create_device_by_uri(uri)
         except Exception as exc:
             writer.fail(Step.DEVICE_CREATE, self.id)
             raise InvocationError(Step.DEVICE_CREATE, str(exc)) from exc
+        with Device._ids_lock:
+            Device.live += 1
         writer.end(Step.DEVICE_CREATE, self.id)
-        self.loaded: dict[str, LoadedProgram] = {}
 
     def load(self, instance: Any, vm_module: Any, program: Program,
              writer: SlotWriter) -> LoadedProgram:
-        writer.begin(Step.MODULE_LOAD, self.id)
         try:
+            writer.begin(Step.MODULE_LOAD, self.id)
             lp = LoadedProgram(instance, self.hal_device, vm_module, program)
         except Exception as exc:
             writer.fail(Step.MODULE_LOAD, self.id)
@@ -148,18 +199,27 @@ class Device:
         writer.end(Step.MODULE_LOAD, self.id)
         return lp
 
-    def release(self, writer: SlotWriter) -> None:
+    def release(self, writer: SlotWriter, result: JobResult | None = None) -> bool | None:
         """Drops every reference this handle holds; the device dies here unless another thread
-        still holds it (the churn pattern does that on purpose)."""
+        still holds it (the churn pattern does that on purpose). Returns True when it was the
+        process's last live device (a full teardown: with GPU drivers the primary context can
+        go), False for a handle-only release, None when already released; counted into
+        `result` when given."""
         if self.hal_device is None:
-            return
+            return None
         refs = sys.getrefcount(self.hal_device) - 1
+        with Device._ids_lock:
+            Device.live -= 1
+            full = Device.live == 0
         writer.begin(Step.DEVICE_RELEASE, self.id, aux=refs)
         for lp in self.loaded.values():
             lp.close()
         self.loaded.clear()
         self.hal_device = None
         writer.end(Step.DEVICE_RELEASE, self.id)
+        if result is not None:
+            result.count_release(full)
+        return full
 
 
 class LoadedProgram:
@@ -198,8 +258,8 @@ class LoadedProgram:
         """upload -> invoke -> read back; every step journaled, IREE errors re-raised with it."""
         b = self._b
         step = Step.UPLOAD
-        writer.begin(step, device_id)
         try:
+            writer.begin(step, device_id)
             alloc = self.hal_device.allocator
             args = b.VmVariantList(len(inputs))
             views = []

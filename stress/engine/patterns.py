@@ -22,6 +22,7 @@ from stress.engine.invocation import (
     JobResult,
     LoadedProgram,
     _binding,
+    snapshot,
     timed_call,
 )
 from stress.engine.jobs import Job
@@ -42,7 +43,7 @@ class ThreadState:
             lp.close()
         self.shared_loaded.clear()
         if self.device is not None:
-            self.device.release(self.writer)
+            self.device.release(self.writer, w.teardown)
             self.device = None
 
 
@@ -63,6 +64,7 @@ class WorkerContext:
         self._shared: Device | None = None
         self.instance: Any = None
         self.driver: Any = None
+        self.teardown = JobResult()  # releases outside any job (thread and worker teardown)
 
     def start(self, writer: SlotWriter) -> None:
         writer.begin(Step.INSTANCE_CREATE)
@@ -100,6 +102,8 @@ class WorkerContext:
             try:
                 fn(writer)
             except BaseException as exc:  # reported by the job thread
+                # the window is this helper's, taken now: its slot is reused after release
+                exc.failure_window = snapshot(writer)  # type: ignore[attr-defined]
                 errors.append(exc)
             finally:
                 self.journal.release(writer)
@@ -111,7 +115,7 @@ class WorkerContext:
     def close(self, writer: SlotWriter) -> None:
         """Worker teardown, in dependency order: shared device, modules, driver, instance."""
         if self._shared is not None:
-            self._shared.release(writer)
+            self._shared.release(writer, self.teardown)
             self._shared = None
         self._modules.clear()
         release_driver(self, writer)
@@ -205,8 +209,7 @@ class PerCall:
                 w.call(dev.loaded[work.program.name], work.inputs, t.writer, dev, work.expect,
                        work.result, i)
             finally:
-                dev.release(t.writer)
-                work.result.devices_released += 1
+                dev.release(t.writer, work.result)
 
 
 class Churn:
@@ -233,8 +236,7 @@ class Churn:
                     self._release_in_flight(w, t, work, victim, mod, errors)
         finally:
             for dev in devices:
-                dev.release(t.writer)
-                work.result.devices_released += 1
+                dev.release(t.writer, work.result)
         _raise_first(errors)
 
     @staticmethod
@@ -249,12 +251,15 @@ class Churn:
         def helper(writer: SlotWriter) -> None:
             started.set()
             w.call(helper_lp, work.inputs, writer, victim, work.expect, helper_result, -1)
+            # this drop may be the native device's last reference (the job thread released
+            # its handle meanwhile): journaled, so a crash or stall here is seen as a release
+            writer.begin(Step.DEVICE_RELEASE, victim.id)
             helper_lp.close()
+            writer.end(Step.DEVICE_RELEASE, victim.id)
 
         th = w.run_helper(work.job, helper, errors)
         started.wait(_HELPER_JOIN_S)
-        victim.release(t.writer)
-        work.result.devices_released += 1
+        victim.release(t.writer, work.result)
         th.join(_HELPER_JOIN_S)
         _merge(work.result, helper_result)
 
@@ -285,8 +290,7 @@ class InstanceChurn:
                            work.result, done + i)
                 done += count
             finally:
-                dev.release(t.writer)
-                work.result.devices_released += 1
+                dev.release(t.writer, work.result)
                 release_driver(holder, t.writer)
                 holder.instance = None
                 t.writer.begin(Step.GC)
@@ -317,13 +321,12 @@ class CrossThread:
                 w.call(lp, work.inputs, writer, dev, work.expect, work.result, i)
 
         def release(writer: SlotWriter) -> None:
-            dev.release(writer)
+            dev.release(writer, work.result)
 
         try:
             w.run_helper(work.job, use, errors).join(_HELPER_JOIN_S)
         finally:
             w.run_helper(work.job, release, errors).join(_HELPER_JOIN_S)
-            work.result.devices_released += 1
         _raise_first(errors)
 
 
@@ -337,8 +340,7 @@ class ProcessPerJob:
         try:
             _invoke_loaded(w, t, work, dev, dev.loaded)
         finally:
-            dev.release(t.writer)
-            work.result.devices_released += 1
+            dev.release(t.writer, work.result)
 
 
 def _merge(into: JobResult, other: JobResult) -> None:
@@ -347,6 +349,9 @@ def _merge(into: JobResult, other: JobResult) -> None:
     into.miscompare += other.miscompare
     into.errors += other.errors
     into.nondeterministic += other.nondeterministic
+    into.devices_released += other.devices_released
+    into.full_teardowns += other.full_teardowns
+    into.handle_releases += other.handle_releases
     into.latency_sum_us += other.latency_sum_us
     into.latency_max_us = max(into.latency_max_us, other.latency_max_us)
     into.latency_hist = [a + b for a, b in zip(into.latency_hist, other.latency_hist, strict=True)]

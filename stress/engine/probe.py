@@ -1,25 +1,52 @@
-"""Which HAL drivers are usable, asked of the worker interpreter in a throwaway process (a
-broken GPU stack may crash or hang the asker)."""
+"""Which HAL drivers are usable, asked of the worker interpreter in throwaway processes (a
+broken GPU stack may crash or hang the asker).
+
+The probe says, line by line and flushed, how far it got: imported, creating driver X, X's
+verdict, releasing X, released, exiting. So a probe that dies or stalls *after* a driver loaded
+(in its release, or in the process's exit handlers: the fusilli incident's failure) is told
+apart from a driver that cannot load. The first is a failure of the stack under test, recorded
+like any other while the soak goes on; only the second refuses the run (exit 2, with the
+loader's own words).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
 import subprocess
+import tempfile
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-_PROBE_TIMEOUT_S: float = 60.0
+from stress.vocab import signal_name
+
+_PROBE_TIMEOUT_S: float = 60.0  # import + driver create + release + exit on a loaded box
+_STDERR_TAIL: int = 16_384
 _PROBE = r"""
 import json, sys
+def say(**kw):
+    print(json.dumps(kw), flush=True)
 from iree.runtime import _binding as b
-out = {"compiled_in": sorted(b.HalDriver.query())}
+say(stage="imported", compiled_in=sorted(b.HalDriver.query()))
 for name in sys.argv[1:]:
+    say(stage="create", driver=name)
     try:
         d = b.create_hal_driver(name)
         devs = d.query_available_devices()
-        out[name] = {"ok": bool(devs), "error": "" if devs else "no devices found"}
-        del d
+        say(stage="verdict", driver=name, ok=bool(devs), error="" if devs else "no devices found")
     except Exception as exc:
-        out[name] = {"ok": False, "error": str(exc)}
-print(json.dumps(out))
+        d = None
+        say(stage="verdict", driver=name, ok=False, error=str(exc))
+    say(stage="release", driver=name)
+    del d
+    say(stage="released", driver=name)
+say(stage="exit")
 """
 
 LIBRARY_HINT = {
@@ -30,16 +57,119 @@ LIBRARY_HINT = {
 }
 
 
-def probe(python: str, drivers: list[str], env: dict[str, str]) -> dict[str, dict[str, object]]:
-    try:
-        out = subprocess.run([python, "-c", _PROBE, *drivers], capture_output=True, text=True,
-                             timeout=_PROBE_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        return {d: {"ok": False, "error": "driver probe timed out"} for d in drivers}
-    try:
-        data: dict[str, dict[str, object]] = json.loads(out.stdout.strip().splitlines()[-1])
-        return data
-    except (json.JSONDecodeError, IndexError):
-        err = (out.stderr or out.stdout).strip().splitlines()
-        msg = err[-1] if err else f"probe exited {out.returncode}"
-        return {d: {"ok": False, "error": msg} for d in drivers}
+@dataclass
+class ProbeResult:
+    """Per driver: {"ok": bool, "error": str}; `failures`: the stack failed after loading
+    (class, step, signal, message, files for the evidence folder)."""
+
+    drivers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    compiled_in: list[str] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: float) -> tuple[
+        str, list[dict[str, Any]], int | None, str, str]:
+    """Runs the probe for one driver: (driver, stage lines, returncode or None when it stalled,
+    stderr, cwd). Once the driver's verdict is in, its release and the process's exit get
+    only `teardown_timeout_s` (a teardown stall must not cost the whole probe deadline). The
+    cwd is a fresh folder, where a core of a crashing probe would land."""
+    cwd = tempfile.mkdtemp(prefix="iree-stress-probe-")
+    err_file = Path(cwd) / "stderr"
+    with open(err_file, "wb") as err_out:
+        proc = subprocess.Popen([python, "-c", _PROBE, driver], stdout=subprocess.PIPE,
+                                stderr=err_out, env=env, cwd=cwd, start_new_session=True)
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    lines: list[dict[str, Any]] = []
+    buf = b""
+    start = time.monotonic()
+    deadline = start + _PROBE_TIMEOUT_S
+    rc: int | None = None
+    while True:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.05)
+        chunk = proc.stdout.read() if ready else None
+        if chunk:
+            buf += chunk
+            *done, buf = buf.split(b"\n")
+            for line in done:
+                try:
+                    lines.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+                if lines[-1].get("stage") == "verdict":
+                    deadline = min(deadline, time.monotonic() + teardown_timeout_s)
+        rc = proc.poll()
+        if rc is not None and not chunk:
+            break
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            rc = None
+            break
+    proc.stdout.close()
+    err = err_file.read_bytes()[-_STDERR_TAIL:].decode(errors="replace")
+    err_file.unlink()
+    return driver, lines, rc, err, cwd
+
+
+def probe(python: str, drivers: Iterable[str], env: dict[str, str],
+          teardown_timeout_s: float = _PROBE_TIMEOUT_S) -> ProbeResult:
+    """Probes each driver in its own process, all at once."""
+    names = list(drivers)
+    result = ProbeResult()
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        runs = list(pool.map(lambda d: _one(python, d, env, teardown_timeout_s), names))
+    for driver, lines, rc, err, cwd in runs:
+        _judge(result, driver, lines, rc, err, cwd)
+    return result
+
+
+def _judge(result: ProbeResult, driver: str, lines: list[dict[str, Any]], rc: int | None,
+           stderr: str, cwd: str) -> None:
+    stages = [x.get("stage") for x in lines]
+    for x in lines:
+        if x.get("stage") == "imported":
+            result.compiled_in = list(x.get("compiled_in", []))
+        if x.get("stage") == "verdict":
+            result.drivers[driver] = {"ok": bool(x["ok"]), "error": str(x.get("error", ""))}
+    clean = rc == 0 and stages and stages[-1] == "exit"
+    if clean:
+        _cleanup(cwd)
+        return
+    last = stages[-1] if stages else None
+    what = f"was killed by {signal_name(rc)}" if rc is not None and rc < 0 else \
+        f"exited with status {rc}" if rc is not None else \
+        f"stalled for more than {_PROBE_TIMEOUT_S:g} s"
+    if last in (None, "imported") and driver not in result.drivers:
+        # died before any driver verdict: import or library load itself failed
+        err = stderr.strip().splitlines()
+        result.drivers[driver] = {"ok": False, "error": err[-1] if err else f"probe {what}"}
+        _cleanup(cwd)
+        return
+    step = {"create": "driver-create", "verdict": "driver-release", "release": "driver-release",
+            "released": "worker-exit", "exit": "worker-exit"}.get(str(last), "worker-exit")
+    if driver not in result.drivers:  # it died while loading: the workers will say more
+        result.drivers[driver] = {"ok": True, "error": f"probe {what} in {step}"}
+    hang = rc is None
+    cls = ("teardown_hang" if step != "driver-create" else "hang") if hang else \
+        ("crash" if rc is not None and rc < 0 else "error")
+    result.failures.append({
+        "class": cls, "step": step, "signal": signal_name(rc), "driver": driver,
+        "stack_source": "faulthandler" if "Fatal Python error" in stderr else "none",
+        "core_dir": cwd,
+        "message": f"driver probe of {driver!r} {what} in {step}, after the driver loaded: "
+                   "a failure of the stack under test",
+        "files": {"stderr.tail": stderr, "probe.jsonl": "\n".join(json.dumps(x) for x in lines),
+                  "failure.json": json.dumps({"class": cls, "last_step": step,
+                                              "signal": signal_name(rc), "exit_code": rc,
+                                              "attribution": "probe"}, indent=1)}})
+
+
+def _cleanup(cwd: str) -> None:
+    path = Path(cwd)
+    for f in path.iterdir():
+        f.unlink()
+    path.rmdir()

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stress.engine.failures import ALL_CLASSES, FailureClass
+from stress.vocab import ALL_CLASSES, FailureClass
 
 if TYPE_CHECKING:
     from stress.engine.attribution import Attribution

@@ -12,6 +12,7 @@ import platform
 import random
 import select
 import signal
+import sqlite3
 import sys
 import time
 from collections import Counter, deque
@@ -19,41 +20,58 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from stress.engine import evidence, telemetry
+from stress.engine import capture, watchdog
 from stress.engine.attribution import Attribution, attribute, window_tokens
 from stress.engine.config import SoakConfig
-from stress.engine.failures import FailureClass, signal_name
 from stress.engine.jobs import Job, schedule
-from stress.engine.journal import Phase, Step
 from stress.engine.phases import Phases
 from stress.engine.progress import Progress
-from stress.engine.workermanage import State, WorkerHandle, spawn
+from stress.engine.records import Records
+from stress.engine.workermanage import LaunchSpec, Runner, SpawnRunner, State, WorkerHandle
 from stress.programs.cache import atomic_write
-from stress.store.db import RunStore
+from stress.vocab import FailureClass, signal_name
 
 _TICK_S: float = 0.05  # crash noticed within one tick (+ the pipe EOF wakes us at once)
 _WATCHDOG_PERIOD_S: float = 0.1  # journal scans are cheap, but not free at 300 wake-ups/s
 _HEALTHY_SAMPLE_PERIOD_S: float = 0.2  # healthy journal windows: the baseline of correlation
 _HEALTHY_SAMPLES_MAX: int = 4000  # per run (a reservoir: uniform over the whole run)
 _SAMPLE_RECORDS: int = 40  # per thread: a 12-step window plus what is still in flight
-_STARTUP_TIMEOUT_S: float = 120.0  # importing numpy + iree.runtime on a loaded box
-_MAX_FAILURE_FOLDERS: int = 200  # past this, failures are recorded without a folder
+_STARTUP_TIMEOUT_S: float = 120.0  # interpreter start-up to a journal file on a loaded box
+_MAX_FAILURE_FOLDERS: int = 200  # crash/hang folders per run; errors never take one
+_STOP_GRACE_S: float = 5.0  # after `stop`: a worker's last job + teardown, beyond the deadlines
+_RESTART_WINDOW_S: float = 60.0  # --max-worker-restarts counts restarts within this window
+_PPJ_QUEUE_MAX: int = 4  # process-per-job jobs drawn ahead of the ephemeral slots
 _PROCESS_PER_JOB = "process-per-job"
+EXIT_HARNESS: int = 70  # a worker's own code failed (worker.EXIT_HARNESS): not a runtime failure
 
 
 class Interrupted(Exception):
     """SIGINT/SIGTERM to the parent: stop everything, keep what was recorded."""
 
 
+def _pattern_stream(stream: Iterator[Job], keep: bool) -> Iterator[Job]:
+    """The jobs of one queue: process-per-job ones (keep=True) or all the others. Two filtered
+    copies of the same seeded stream: each queue draws only what it runs, so neither grows
+    while the other is the bottleneck."""
+    return (j for j in stream if (j.pattern == _PROCESS_PER_JOB) == keep)
+
+
 class Session:
-    def __init__(self, config: SoakConfig, run_id: str, run_dir: Path,
-                 phases: Phases | None = None):
+    def __init__(self, config: SoakConfig, run_id: str, run_dir: Path, store: Records,
+                 phases: Phases | None = None, runner: Runner | None = None,
+                 startup_failures: list[dict[str, Any]] | None = None):
         self.cfg = config
         self.phases = phases or Phases()
         self.run_id, self.run_dir = run_id, run_dir
-        self.store = RunStore(run_dir)
-        self.stream: Iterator[Job] = schedule(config.seed, config.programs, config.patterns,
-                                              config.shard, config.job_scale, config.job_seed)
+        self.store = store
+        self.runner: Runner = runner or SpawnRunner()
+        self.startup_failures = startup_failures or []
+
+        def plan() -> Iterator[Job]:
+            return schedule(config.seed, config.programs, config.patterns, config.shard,
+                            config.job_scale, config.job_seed)
+
+        self.streams = {False: _pattern_stream(plan(), False), True: _pattern_stream(plan(), True)}
         self.pool_queue: deque[Job] = deque()
         self.ppj_queue: deque[Job] = deque()
         self.pool_patterns = [p for p in config.patterns if p != _PROCESS_PER_JOB]
@@ -64,7 +82,13 @@ class Session:
         self.next_worker_id = 0
         self.generation: Counter[int] = Counter()
         self.restarts = 0
-        self.failure_count = 0
+        self.restart_times: deque[float] = deque()
+        self.folders = 0  # evidence folders written (crashes and hangs only)
+        self.failure_count = 0  # what --max-failures counts: process failures + failed jobs
+        self.harness_errors: list[str] = []  # our own failures: the run cannot be trusted
+        self.unreaped: list[WorkerHandle] = []  # survived SIGKILL (D state): polled each tick
+        self.interrupt: str | None = None
+        self.interrupts = 0
         self.failures_by_class: Counter[str] = Counter()
         self.invocations_by_pattern: Counter[str] = Counter()
         self.invocations = 0
@@ -72,6 +96,7 @@ class Session:
         self.stop_reason = ""
         self.started = time.monotonic()
         self.facts: dict[str, Any] = {}
+        self.facts_requested = False  # asked of one worker; asked again if it dies first
         self.python = config.python or sys.executable
         self.config_path = run_dir / "worker-config.json"
         self.progress = Progress(config, self)
@@ -84,6 +109,7 @@ class Session:
 
     # ---- setup -------------------------------------------------------------------------
     def worker_env(self) -> dict[str, str]:
+        """Our environment plus PYTHONPATH to this package, then the user's --env."""
         env = dict(os.environ)
         pkg_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
@@ -123,26 +149,25 @@ class Session:
                 "command": self.cfg.command, "config": self.cfg.as_dict()}
 
     # ---- scheduling --------------------------------------------------------------------
-    def _pull(self) -> bool:
-        """Moves one job from the seeded stream into its queue. False when the plan is done."""
+    def _pull(self, ppj: bool) -> bool:
+        """Moves one job of the seeded plan into its queue. False when the plan is done."""
         if self.stream_done or self.stopping:
             return False
         limit = self.cfg.invocations
         if limit is not None and self.planned_invocations >= limit:
             self.stream_done = True
             return False
-        job = next(self.stream)
+        job = next(self.streams[ppj])
         self.planned_invocations += job.invocations
-        (self.ppj_queue if job.pattern == _PROCESS_PER_JOB else self.pool_queue).append(job)
+        (self.ppj_queue if ppj else self.pool_queue).append(job)
         return True
 
     def next_job(self, ppj: bool) -> Job | None:
         queue = self.ppj_queue if ppj else self.pool_queue
         if (ppj and not self.ppj_enabled) or (not ppj and not self.pool_patterns):
             return None
-        while not queue:
-            if not self._pull():
-                return None
+        if not queue and not self._pull(ppj):
+            return None
         return queue.popleft()
 
     def top_up(self) -> None:
@@ -191,9 +216,10 @@ class Session:
     def _spawn(self, wid: int, ephemeral: bool) -> WorkerHandle:
         gen = self.generation[wid]
         self.generation[wid] += 1
-        h = spawn(wid, gen, python=self.python, config_path=self.config_path,
-                  run_dir=self.run_dir, env=self.worker_env(), ephemeral=ephemeral,
-                  facts=not self.facts)
+        spec = LaunchSpec(wid, gen, self.python, self.config_path, self.run_dir,
+                          self.worker_env(), ephemeral, facts=not self.facts_requested)
+        self.facts_requested = True
+        h = self.runner.launch(spec)
         h.db_row = self.store.add_worker(self.run_id, wid, gen, h.pid)
         self.workers[wid] = h
         return h
@@ -208,6 +234,7 @@ class Session:
     def on_hello(self, h: WorkerHandle, payload: dict[str, Any]) -> None:
         """Fires once per worker after it imported the runtime (with facts for the first)."""
         h.facts = payload
+        h.hello_at = time.monotonic()
         if not self.facts and "iree_runtime" in payload:
             self.facts = payload
             self.store.update_manifest(self.run_id, self.manifest())
@@ -217,8 +244,8 @@ class Session:
         job = Job.from_dict(payload["job"])
         h.finished(job.index)
         res = payload["result"]
-        outcome = "ok" if not (res["errors"] or res["miscompare"]) else "failed"
-        self.store.add_job(self.run_id, h.worker_id, payload, outcome)
+        failed = bool(res["errors"] or res["miscompare"])
+        self.store.add_job(self.run_id, h.worker_id, payload, "failed" if failed else "ok")
         self.invocations += res["invocations"]
         self.invocations_by_pattern[job.pattern] += res["invocations"]
         self.failures_by_class[FailureClass.ERROR.value] += res["errors"]
@@ -226,123 +253,22 @@ class Session:
         if res.get("counts"):
             self.store.add_failure_counts(self.run_id, payload["job"], res["counts"])
         for note in res["failures"]:
-            steps = [{"phase": ph, "step": st, "failing": True} for ph, st in note["window"]]
-            self.record_failure(FailureClass(note["class"]), h, job, None,
-                                Attribution("worker-report", last_step=note["step"],
-                                            steps=steps),
-                                note["message"], folder=None, count=False)
-        self.failure_count += res["errors"] + res["miscompare"]
+            attr = Attribution("worker-report", last_step=note["step"],
+                               in_flight=note.get("in_flight", []), steps=note.get("steps", []),
+                               native_tid=note.get("native_tid", 0))
+            capture.record(self, FailureClass(note["class"]), h, job, None, attr,
+                           note["message"], folder=None, count=False)
+        # --max-failures counts failed jobs, not each error: 1,000 errors of one known failure
+        # must not end a soak before a hang shows up
+        self.failure_count += failed
 
     def on_bye(self, h: WorkerHandle, payload: dict[str, Any]) -> None:
         """Fires when a worker finished its teardown and is about to exit."""
         h.bye_at = time.monotonic()
+        h.bye = payload
 
     # ---- failures ----------------------------------------------------------------------
-    def record_failure(self, cls: FailureClass, h: WorkerHandle, job: Job | None,
-                       sig: str | None, attr: Attribution, message: str,
-                       folder: Path | None, count: bool = True) -> None:
-        if count:
-            self.failures_by_class[cls.value] += 1
-            self.failure_count += 1
-        self.store.add_failure(self.run_id, {
-            "class": cls.value, "signal": sig, "job_index": job.index if job else None,
-            "program": job.program if job else None, "pattern": job.pattern if job else None,
-            "seed": job.seed if job else None, "worker": h.worker_id, "pid": h.pid,
-            "last_step": attr.last_step, "in_flight": attr.in_flight, "steps": attr.steps,
-            "artifacts": str(folder) if folder else None, "message": message,
-            "attribution": attr.method, "elapsed_s": time.monotonic() - self.started})
-        self.progress.failure(cls, h, job, attr, sig, folder)
-
-    def failure_folder(self, cls: FailureClass, h: WorkerHandle) -> Path | None:
-        n = self.failure_count + 1
-        if n > _MAX_FAILURE_FOLDERS:
-            return None
-        folder = self.run_dir / "failures" / f"{n:04d}-{cls.value}-{h.name}"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
-
-    def write_evidence(self, folder: Path | None, h: WorkerHandle, job: Job | None,
-                       attr: Attribution, extra: dict[str, str]) -> None:
-        if folder is not None:
-            evidence.write_folder(folder, self.cfg, h.tail(h.stderr_path),
-                                  h.tail(h.stdout_path), job, attr.journal_text, extra)
-
-    def handle_exit(self, h: WorkerHandle, rc: int) -> None:
-        """A worker process ended. A crash unless it said bye and exited 0, or we killed it."""
-        noticed_ns = time.monotonic_ns()
-        while h.pump():
-            pass
-        self._drain(h)
-        sig = signal_name(rc)
-        reason = "exit" if rc == 0 else (sig or f"exit {rc}")
-        if not h.killed_by_us and (rc != 0 or h.bye_at is None):
-            stderr = h.tail(h.stderr_path)
-            attr = attribute(h.journal(), stderr)
-            job = self._job_of(h, attr)
-            folder = self.failure_folder(FailureClass.CRASH, h)
-            after = telemetry.snapshot(self.cfg.target.backend.value)
-            what = f"killed by {sig}" if sig else f"exited with status {rc}"
-            if rc == 0:
-                what = "exited 0 before finishing its jobs"
-            message = f"worker {h.name} {what} while running {self._job_text(job)}"
-            self.write_evidence(folder, h, job, attr, {
-                "telemetry_after.json": json.dumps(after, indent=1),
-                "stacks.txt": "process was already dead; see stderr.tail for faulthandler's "
-                              "stacks of every thread\n",
-                "failure.json": json.dumps({
-                    "class": "crash", "signal": sig, "exit_code": rc,
-                    "last_step": attr.last_step, "in_flight": attr.in_flight,
-                    "attribution": attr.method,
-                    # upper bound: the last journal record precedes the death
-                    "timing": {"noticed_after_last_record_s":
-                               (noticed_ns - attr.last_record_ns) / 1e9
-                               if attr.last_record_ns else None}}, indent=1)})
-            self.record_failure(FailureClass.CRASH, h, job, sig, attr, message, folder)
-            self.requeue(h, job)
-            self.restart(h)
-        self.store.end_worker(h.db_row, rc, sig, reason, h.facts)
-        self.retire(h)
-
-    def handle_hang(self, h: WorkerHandle, slot: int | None, step: Step) -> None:
-        """The watchdog found a step past its deadline: evidence first, then the kill."""
-        cls = FailureClass.TEARDOWN_HANG if step.is_teardown() else FailureClass.HANG
-        backend = self.cfg.target.backend.value
-        declared_ns = time.monotonic_ns()
-        t0 = time.monotonic()
-        before = telemetry.snapshot(backend)
-        stacks = evidence.dump_stacks(h.pid, h.stderr_path)
-        t_stacks = time.monotonic()
-        rc = h.kill_group()
-        t_killed = time.monotonic()
-        after = telemetry.snapshot(backend)
-        attr = attribute(h.journal(), "", slot_hint=slot)
-        if attr.last_step is None:
-            attr.last_step = step.label
-        job = self._job_of(h, attr)
-        folder = self.failure_folder(cls, h)
-        deadline = self.cfg.teardown_timeout_s if cls is FailureClass.TEARDOWN_HANG \
-            else self.cfg.timeout_s
-        message = (f"worker {h.name} stuck in {attr.last_step} for more than {deadline:g} s "
-                   f"while running {self._job_text(job)}")
-        timing = {"stacks_s": t_stacks - t0, "kill_s": t_killed - t_stacks,
-                  "evidence_and_kill_s": t_killed - t0, "deadline_s": deadline,
-                  "declared_after_step_begin_s": (declared_ns - attr.step_begin_ns) / 1e9
-                  if attr.step_begin_ns else None}
-        self.write_evidence(folder, h, job, attr, {
-            "stacks.txt": f"# {stacks.tool}\n{stacks.text}",
-            "telemetry_before.json": json.dumps(before, indent=1),
-            "telemetry_after.json": json.dumps(after, indent=1),
-            "failure.json": json.dumps({"class": cls.value, "last_step": attr.last_step,
-                                        "in_flight": attr.in_flight, "timing": timing,
-                                        "native_tid": attr.native_tid,
-                                        "attribution": attr.method}, indent=1)})
-        self.record_failure(cls, h, job, None, attr, message, folder)
-        self.requeue(h, job)
-        self.store.end_worker(h.db_row, rc, signal_name(rc), cls.value, h.facts)
-        self.restart(h)
-        self.retire(h)
-
-    def _job_of(self, h: WorkerHandle, attr: Attribution) -> Job | None:
+    def job_of(self, h: WorkerHandle, attr: Attribution) -> Job | None:
         if attr.job_index is not None:
             job = h.outstanding.get(attr.job_index) or h.recent.get(attr.job_index)
             if job is not None:
@@ -352,24 +278,35 @@ class Session:
             return jobs[0] if jobs else None
         return None
 
-    @staticmethod
-    def _job_text(job: Job | None) -> str:
-        return job.describe() if job else "no job (setup or teardown)"
-
     def requeue(self, h: WorkerHandle, failed: Job | None) -> None:
-        """Jobs sent to a dead worker and never started elsewhere go back to the front."""
-        lost = [j for j in h.outstanding.values() if failed is None or j.index != failed.index]
+        """Jobs sent to a dead worker go back to the front of their queue, except the one that
+        failed and, when the failure could not be pinned on a job, every job the worker had
+        begun (one of them caused it: rerunning it elsewhere would spread the blame)."""
+        begun: set[int] = set()
+        if failed is None:
+            reader = h.journal()
+            if reader is not None:
+                begun = {e.job for v in reader.all_slots() for e in v.entries}
+        lost = [j for j in h.outstanding.values()
+                if (failed is None or j.index != failed.index) and j.index not in begun]
         for job in sorted(lost, key=lambda j: -j.index):
             (self.ppj_queue if job.pattern == _PROCESS_PER_JOB else self.pool_queue) \
                 .appendleft(job)
         h.outstanding.clear()
 
     def restart(self, h: WorkerHandle) -> None:
+        """Replaces a dead pool worker, within --max-worker-restarts per _RESTART_WINDOW_S (a
+        long soak of a crashy stack goes on; a restart storm stops it)."""
         if h.ephemeral or self.stopping:
             return
-        if self.restarts >= self.cfg.max_worker_restarts:
-            self.stop(f"more than {self.cfg.max_worker_restarts} worker restarts")
+        now = time.monotonic()
+        while self.restart_times and now - self.restart_times[0] > _RESTART_WINDOW_S:
+            self.restart_times.popleft()
+        if len(self.restart_times) >= self.cfg.max_worker_restarts:
+            self.stop(f"more than {self.cfg.max_worker_restarts} worker restarts within "
+                      f"{_RESTART_WINDOW_S:g} s")
             return
+        self.restart_times.append(now)
         self.restarts += 1
         self.workers.pop(h.worker_id, None)
         self._spawn(h.worker_id, ephemeral=False)
@@ -378,8 +315,19 @@ class Session:
         h.close()
         if self.workers.get(h.worker_id) is h:
             del self.workers[h.worker_id]
+        if h.unkillable:
+            self.unreaped.append(h)
 
-    def _drain(self, h: WorkerHandle) -> None:
+    def drain(self, h: WorkerHandle) -> None:
+        """Reads and handles everything the worker wrote: results that reached the pipe before
+        a death or a kill are never lost."""
+        while h.pump():
+            if not h.inbox:
+                break
+            self._handle_inbox(h)
+        self._handle_inbox(h)
+
+    def _handle_inbox(self, h: WorkerHandle) -> None:
         while h.inbox:
             name, payload = h.inbox.popleft()
             self.dispatch(h, name, payload)
@@ -387,7 +335,8 @@ class Session:
     def sample_healthy(self) -> None:
         """Snapshots the recent steps of every busy thread of one random worker: what threads
         do when nothing fails. Failure windows are compared against these. Kept as a
-        reservoir, so a long run's sample stays uniform over the whole run."""
+        reservoir, so a long run's sample stays uniform over the whole run. Raw entries of
+        every thread are stored (the sampled one marked failing); analysis derives features."""
         live = [h for h in self.workers.values() if h.state is State.RUNNING and h.outstanding]
         if not live:
             return
@@ -408,27 +357,31 @@ class Session:
                 if slot > _HEALTHY_SAMPLES_MAX:
                     continue
             self.store.add_window(self.run_id, "healthy", job.pattern if job else None,
-                                  window_tokens(attr.steps), attr.in_flight, slot)
+                                  window_tokens(attr.steps), attr.in_flight, slot,
+                                  steps=attr.steps)
 
     # ---- watchdog ----------------------------------------------------------------------
-    def watchdog(self, h: WorkerHandle) -> None:
-        now = time.monotonic()
-        reader = h.journal()
-        if reader is None:
-            if now - h.started > _STARTUP_TIMEOUT_S:
-                self.handle_hang(h, None, Step.INSTANCE_CREATE)
-            return
+    def limits(self) -> watchdog.Limits:
+        return watchdog.Limits(self.cfg.timeout_s, self.cfg.teardown_timeout_s,
+                               _STARTUP_TIMEOUT_S, _STOP_GRACE_S)
+
+    def scan(self) -> None:
+        """Every worker past a deadline: evidence of all of them first (a GPU-wide stall hangs
+        several at once), then the kills."""
         now_ns = time.monotonic_ns()
-        for slot, ts, step_code, phase, _job in reader.latest():
-            if phase != Phase.BEGIN or step_code == Step.JOB:
+        limits = self.limits()
+        stuck = []
+        for h in list(self.workers.values()):
+            if h.state is State.EXITED:
                 continue
-            step = Step(step_code)
-            limit = self.cfg.teardown_timeout_s if step.is_teardown() else self.cfg.timeout_s
-            if (now_ns - ts) / 1e9 > limit:
-                self.handle_hang(h, slot, step)
-                return
-        if h.bye_at is not None and now - h.bye_at > self.cfg.teardown_timeout_s:
-            self.handle_hang(h, None, Step.WORKER_EXIT)
+            found = watchdog.scan(
+                h.journal(), now_ns, limits, started_ns=int(h.started * 1e9),
+                bye_ns=int(h.bye_at * 1e9) if h.bye_at is not None else None,
+                stop_ns=int(h.stop_sent_at * 1e9) if h.stop_sent_at is not None else None)
+            if found is not None:
+                stuck.append((h, found))
+        if stuck:
+            capture.on_stuck(self, stuck)
 
     # ---- main loop ---------------------------------------------------------------------
     def stop(self, reason: str) -> None:
@@ -447,16 +400,19 @@ class Session:
         for fd in ready:
             fds[fd].pump()
         now = time.monotonic()
-        scan = now - self.last_watchdog >= _WATCHDOG_PERIOD_S
-        if scan:
-            self.last_watchdog = now
         for h in list(self.workers.values()):
-            self._drain(h)
+            self._handle_inbox(h)
             rc = h.poll()
             if rc is not None:
-                self.handle_exit(h, rc)
-            elif scan:
-                self.watchdog(h)
+                capture.on_exit(self, h, rc)
+        if now - self.last_watchdog >= _WATCHDOG_PERIOD_S:
+            self.last_watchdog = now
+            self.scan()
+        for h in list(self.unreaped):
+            rc = h.poll()
+            if rc is not None:
+                self.unreaped.remove(h)
+                self.store.end_worker(h.db_row, rc, signal_name(rc), "reaped after SIGKILL")
         if now - self.last_sample >= _HEALTHY_SAMPLE_PERIOD_S:
             self.last_sample = now
             self.sample_healthy()
@@ -468,23 +424,32 @@ class Session:
         if self.stream_done and not self.pool_queue and not self.ppj_queue and \
                 not any(h.outstanding for h in self.workers.values()):
             self.stop("all planned invocations done")
+        if self.interrupt is not None:
+            raise Interrupted(self.interrupt)
         self.top_up()
+        self.store.tick()
         self.progress.tick()
 
+    def _on_signal(self, signum: int, frame: object) -> None:
+        """SIGINT/SIGTERM: noted here, acted on by the loop (never raised from an arbitrary
+        line). A second one while we shut down only shortens nothing: the kill loop is
+        already bounded."""
+        self.interrupts += 1
+        if self.interrupt is None:
+            self.interrupt = signal.Signals(signum).name
+
     def run(self) -> str:
-        """Runs until done; returns the final status: completed | interrupted."""
+        """Runs until done; returns the final status: completed | interrupted | failed."""
         self.write_worker_config()
         self.store.start_run(self.run_id, self.cfg.seed, self.cfg.command, self.manifest(),
                              self.cfg.as_dict())
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-        def interrupt(signum: int, frame: object) -> None:
-            raise Interrupted(signal.Signals(signum).name)
-
         for s in previous:
-            signal.signal(s, interrupt)
+            signal.signal(s, self._on_signal)
         status = "completed"
         try:
+            for failure in self.startup_failures:
+                capture.record_startup(self, failure)
             with self.phases.phase("soak"):
                 self.top_up()
                 while not self.stopping:
@@ -495,18 +460,39 @@ class Session:
         except Interrupted as exc:
             status = "interrupted"
             self.stop_reason = f"interrupted by {exc}"
-            self.stopping = True
-            for h in list(self.workers.values()):
-                h.kill_group(grace_s=0.5)
-                self.store.end_worker(h.db_row, h.proc.returncode, None, "interrupted")
-                self.retire(h)
+            self._kill_all("interrupted")
+        except (sqlite3.Error, OSError) as exc:  # e.g. the results disk is full
+            status = "failed"
+            self.stop_reason = f"results store unwritable: {exc}"
+            self._kill_all("store error")
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+            self.runner.close()
+            if self.unreaped:
+                self.stop_reason += (f"; {len(self.unreaped)} worker(s) survived SIGKILL (stuck "
+                                     "in the kernel, D state)")
+            if self.harness_errors:
+                self.stop_reason += f"; harness errors: {'; '.join(self.harness_errors[:3])}"
             self.phases.count("soak", self.invocations)
             self.phases.count("teardown", self.next_worker_id)
-            self.store.set_phases(self.run_id, self.phases.rows())
-            self.store.end_run(self.run_id, status, self.stop_reason)
-            self.store.close()
+            try:
+                self.store.set_phases(self.run_id, self.phases.rows())
+                self.store.end_run(self.run_id, status, self.stop_reason)
+                self.store.close()
+            except (sqlite3.Error, OSError) as exc:
+                status = "failed"
+                self.stop_reason += f"; store not closed: {exc}"
             self.progress.done()
         return status
+
+    def _kill_all(self, reason: str) -> None:
+        self.stopping = True
+        for h in list(self.workers.values()):
+            rc = h.kill_group(grace_s=0.5)
+            try:
+                self.drain(h)
+                self.store.end_worker(h.db_row, rc, signal_name(rc), reason)
+            except (sqlite3.Error, OSError, ValueError):
+                pass
+            self.retire(h)

@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from stress.engine import inject
-from stress.engine.invocation import Expectation, FailureNote, JobResult
+from stress.engine.invocation import Device, Expectation, FailureNote, JobResult
 from stress.engine.jobs import Job
-from stress.engine.journal import JournalWriter, Step
+from stress.engine.journal import JournalWriter, SlotWriter, Step
 from stress.engine.patterns import PATTERNS, ThreadState, Work, WorkerContext
 from stress.programs.program import Program, make_inputs
 
 _PR_SET_PDEATHSIG = 1  # linux prctl: signal us when the parent dies (no orphans, even on SIGKILL)
+_PR_SET_PTRACER = 0x59616D61  # linux prctl (Yama): let this pid ptrace us (stacks, non-root CI)
+EXIT_HARNESS: int = 70  # EX_SOFTWARE: the worker's own code failed (not the runtime under test)
 
 
 class Messenger:
@@ -49,18 +51,25 @@ class Messenger:
                 view = view[n:]
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL us when the parent dies; if it died before prctl took effect, leave now. The
+    check compares with the parent's real pid: under a subreaper an orphan's new parent is
+    not pid 1. `parent_pid` 0 skips the check (a fork server's child: its parent forked it)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() == 1:  # the parent died before prctl took effect
-            os._exit(70)
+        if parent_pid and os.getppid() != parent_pid:
+            os._exit(EXIT_HARNESS)
+        # py-spy/gdb run as the parent's children: allowed under Yama ptrace_scope=1
+        libc.prctl(_PR_SET_PTRACER, parent_pid or os.getppid(), 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
 
-def _runtime_facts(driver_name: str) -> dict[str, Any]:
-    """Versions and device facts for the run manifest (what a bug report needs)."""
+def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
+    """Versions and device facts for the run manifest (what a bug report needs). The driver's
+    creation and release are journaled steps under the watchdog's deadlines like any other:
+    a runtime that stalls or crashes here is a finding, not a harness hang."""
     facts: dict[str, Any] = {"python": sys.version.split()[0], "executable": sys.executable,
                              "pid": os.getpid()}
     try:
@@ -73,14 +82,19 @@ def _runtime_facts(driver_name: str) -> dict[str, Any]:
     try:
         from iree.runtime import _binding
 
+        writer.begin(Step.DRIVER_CREATE)
         drv = _binding.create_hal_driver(driver_name)
         devices = drv.query_available_devices()
         facts["devices"] = [{k: str(d[k]) for k in ("device_id", "path", "name") if k in d}
                             for d in devices]
         if devices:
             facts["device_info"] = drv.dump_device_info(devices[0]["device_id"])[:4000]
+        writer.end(Step.DRIVER_CREATE)
+        writer.begin(Step.DRIVER_RELEASE)
         del drv
+        writer.end(Step.DRIVER_RELEASE)
     except Exception as exc:  # reported, not fatal: the jobs will fail with the real error
+        writer.fail(Step.DRIVER_CREATE)
         facts["driver_error"] = str(exc)
     facts["loaded_gpu_libraries"] = _gpu_libraries()
     return facts
@@ -111,13 +125,15 @@ class Worker:
         self.threads = int(config["threads"])
         self.last_shared_job = 0xFFFFFFFF  # the shared device's teardown is attributed to it
         self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.harness_error = False
         self.programs = {name: Program.from_dict(p["program"])
                          for name, p in config["programs"].items()}
         self.vmfbs = {name: Path(p["vmfb"]).read_bytes() for name, p in config["programs"].items()}
         specs = [inject.parse(s) for s in config.get("inject", [])]
         specs += inject.parse_env(os.environ.get(inject.ENV_VAR))
         self.injector = inject.Injector(specs, hash((config.get("seed", 0), worker_id,
-                                                     os.getpid()))) if specs else None
+                                                     os.getpid())),
+                                        str(journal.path)) if specs else None
         if self.injector is not None:
             journal.on_begin = self.injector
         self.ctx = WorkerContext(config["driver"], config["device_uri"], journal, self.programs,
@@ -125,17 +141,24 @@ class Worker:
                                  self.injector.corrupt_pending if self.injector else None)
 
     def read_commands(self) -> None:
-        """stdin reader thread: jobs in, `stop` (or EOF: the parent is gone) ends the worker."""
-        for line in sys.stdin:
-            name, payload = json.loads(line)
-            if name == "job":
-                self.jobs.put(Job.from_dict(payload))
-            elif name == "stop":
-                break
-            else:
-                raise ValueError(f"unknown command {name!r}")
-        for _ in range(self.threads):
-            self.jobs.put(None)
+        """stdin reader thread: jobs in, `stop` (or EOF: the parent is gone) ends the worker.
+        Whatever happens here, the job threads are told to finish: a reader that died would
+        otherwise leave them waiting forever (and the worker exits as a harness error)."""
+        try:
+            for line in sys.stdin:
+                name, payload = json.loads(line)
+                if name == "job":
+                    self.jobs.put(Job.from_dict(payload))
+                elif name == "stop":
+                    break
+                else:
+                    raise ValueError(f"unknown command {name!r}")
+        except BaseException:
+            traceback.print_exc()
+            self.harness_error = True
+        finally:
+            for _ in range(self.threads):
+                self.jobs.put(None)
 
     def thread_main(self) -> None:
         writer = self.journal.acquire()
@@ -167,12 +190,15 @@ class Worker:
             step = getattr(exc, "step", None)
             label = step.label if isinstance(step, Step) else "job"
             message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"
-            result.note(FailureNote("error", label, message, -1, 0), writer)
+            # raised on a helper thread: that thread's window, not this one's
+            result.note(FailureNote("error", label, message, -1, 0), writer,
+                        getattr(exc, "failure_window", None))
         writer.end(Step.JOB, aux=job.invocations)
         if job.pattern == "shared":
             self.last_shared_job = job.index
         self.msg.send("job_done", {"job": job.as_dict(), "started": started,
-                                   "ended": time.time(), "result": result.as_dict()})
+                                   "ended": time.time(), "result": result.as_dict(),
+                                   "pid": os.getpid()})
 
     def run(self) -> None:
         main_writer = self.journal.acquire()
@@ -188,7 +214,11 @@ class Worker:
         main_writer.job = self.last_shared_job
         self.ctx.close(main_writer)
         main_writer.begin(Step.WORKER_EXIT)
-        self.msg.send("bye", {"pid": os.getpid()})
+        td = self.ctx.teardown
+        self.msg.send("bye", {"pid": os.getpid(), "full_teardowns": td.full_teardowns,
+                              "handle_releases": td.handle_releases,
+                              "devices_alive": Device.live,
+                              "harness_error": self.harness_error})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,18 +228,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--journal", required=True)
     ap.add_argument("--msg-fd", type=int, required=True)
     ap.add_argument("--facts", action="store_true", help="report runtime/device facts in hello")
+    ap.add_argument("--parent-pid", type=int, default=0, help="the parent's pid (orphan check)")
     args = ap.parse_args(argv)
-    _die_with_parent()
+    _die_with_parent(args.parent_pid)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     config = json.loads(Path(args.config).read_text())
     threads = int(config["threads"])
     journal = JournalWriter(Path(args.journal), slots=threads * 3 + 4)
     messenger = Messenger(args.msg_fd)
-    facts = _runtime_facts(config["driver"]) if args.facts else {"pid": os.getpid()}
+    if args.facts:
+        writer = journal.acquire()
+        facts = _runtime_facts(config["driver"], writer)
+        journal.release(writer)
+    else:
+        facts = {"pid": os.getpid()}
     messenger.send("hello", facts)
-    Worker(config, args.worker_id, journal, messenger).run()
-    return 0
+    worker = Worker(config, args.worker_id, journal, messenger)
+    worker.run()
+    return EXIT_HARNESS if worker.harness_error else 0
 
 
 if __name__ == "__main__":

@@ -15,14 +15,30 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Protocol
 
 from stress.engine.jobs import Job
 from stress.engine.journal import JournalReader
 
 _TERMINATE_GRACE_S: float = 2.0  # a worker gets this long after SIGTERM before SIGKILL
+_KILL_WAIT_S: float = 5.0  # after SIGKILL: longer means the process is stuck in the kernel
 _READ_CHUNK: int = 1 << 16
 _RECENT_JOBS: int = 64  # enough to cover every thread's last job
+
+
+class Proc(Protocol):
+    """What the session needs of a worker process: subprocess.Popen, or a process forked by
+    the fork server (forkclient.ForkedProcess)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 class State(enum.Enum):
@@ -35,7 +51,7 @@ class State(enum.Enum):
 class WorkerHandle:
     worker_id: int
     generation: int
-    proc: subprocess.Popen[bytes]
+    proc: Proc
     msg_fd: int
     journal_path: Path
     stdout_path: Path
@@ -45,9 +61,14 @@ class WorkerHandle:
     state: State = State.RUNNING
     outstanding: dict[int, Job] = field(default_factory=dict)
     recent: dict[int, Job] = field(default_factory=dict)  # finished jobs, for teardown blame
+    hello_at: float | None = None
     bye_at: float | None = None
     exited_at: float | None = None
     killed_by_us: bool = False
+    unkillable: bool = False  # still there after SIGKILL: stuck in the kernel (D state)
+    stop_sent_at: float | None = None
+    bye: dict[str, Any] | None = None
+    stdin: IO[bytes] | None = None
     facts: dict[str, Any] | None = None
     db_row: int = 0
     _buf: bytes = b""
@@ -71,11 +92,11 @@ class WorkerHandle:
         return self._journal
 
     def send(self, name: str, payload: dict[str, Any]) -> bool:
-        if self.proc.stdin is None or self.state is State.EXITED:
+        if self.stdin is None or self.state is State.EXITED:
             return False
         try:
-            self.proc.stdin.write((json.dumps([name, payload]) + "\n").encode())
-            self.proc.stdin.flush()
+            self.stdin.write((json.dumps([name, payload]) + "\n").encode())
+            self.stdin.flush()
             return True
         except (BrokenPipeError, OSError):
             return False
@@ -96,12 +117,12 @@ class WorkerHandle:
             return True
         for job in jobs:
             self.outstanding[job.index] = job
-        if self.proc.stdin is None or self.state is State.EXITED:
+        if self.stdin is None or self.state is State.EXITED:
             return False
         data = "".join(json.dumps(["job", j.as_dict()]) + "\n" for j in jobs)
         try:
-            self.proc.stdin.write(data.encode())
-            self.proc.stdin.flush()
+            self.stdin.write(data.encode())
+            self.stdin.flush()
             return True
         except (BrokenPipeError, OSError):
             return False
@@ -110,6 +131,7 @@ class WorkerHandle:
         if self.state is State.RUNNING:
             self.send("stop", {})
             self.state = State.STOPPING
+            self.stop_sent_at = time.monotonic()
 
     def pump(self) -> bool:
         """Reads what the worker wrote; queues parsed messages in `inbox`. False at EOF."""
@@ -136,22 +158,26 @@ class WorkerHandle:
         return rc
 
     def kill_group(self, grace_s: float = _TERMINATE_GRACE_S) -> int | None:
-        """SIGTERM to the process group, a grace period, then SIGKILL. Returns the exit code."""
+        """SIGTERM to the process group, a grace period, then SIGKILL to the whole group even
+        when the leader already left (members that ignore SIGTERM must not survive it).
+        Returns the leader's exit code, or None when it is still there after SIGKILL (stuck
+        in the kernel, e.g. a GPU ioctl: `unkillable`; the session keeps polling it)."""
         self.killed_by_us = True
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                return self.proc.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                continue
-        return self.proc.poll()
+        signal_group(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        signal_group(self.proc.pid, signal.SIGKILL)
+        try:
+            return self.proc.wait(timeout=_KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.unkillable = True
+            return None
 
     def close(self) -> None:
         self.state = State.EXITED
-        for f in (self.proc.stdin,):
+        for f in (self.stdin,):
             try:
                 if f:
                     f.close()
@@ -176,24 +202,84 @@ class WorkerHandle:
             return ""
 
 
-def spawn(worker_id: int, generation: int, *, python: str, config_path: Path, run_dir: Path,
-          env: dict[str, str], ephemeral: bool, facts: bool) -> WorkerHandle:
-    """Starts one worker in its own session (process group)."""
-    journal = run_dir / "journal" / f"w{worker_id}.{generation}.bin"
-    logs = run_dir / "workers"
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    logs.mkdir(parents=True, exist_ok=True)
-    out_path = logs / f"w{worker_id}.{generation}.stdout"
-    err_path = logs / f"w{worker_id}.{generation}.stderr"
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(read_fd, False)
-    argv = [python, "-m", "stress.engine.worker", "--config", str(config_path),
-            "--worker-id", str(worker_id), "--journal", str(journal), "--msg-fd", str(write_fd)]
-    if facts:
-        argv.append("--facts")
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err,
-                                pass_fds=[write_fd], env=env, start_new_session=True)
-    os.close(write_fd)
-    return WorkerHandle(worker_id, generation, proc, read_fd, journal, out_path, err_path,
-                        ephemeral)
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One worker process to start: what every Runner needs to know."""
+
+    worker_id: int
+    generation: int
+    python: str
+    config_path: Path
+    run_dir: Path
+    env: dict[str, str]
+    ephemeral: bool  # one job, then exit
+    facts: bool  # report runtime/device facts in hello
+
+    @property
+    def name(self) -> str:
+        return f"w{self.worker_id}.{self.generation}"
+
+    def paths(self) -> tuple[Path, Path, Path, Path]:
+        """(journal, stdout, stderr, cwd) of this worker; the cwd is where a core lands."""
+        run_dir = self.run_dir.resolve()
+        journal = run_dir / "journal" / f"{self.name}.bin"
+        logs = run_dir / "workers"
+        cwd = logs / self.name
+        for d in (journal.parent, cwd):
+            d.mkdir(parents=True, exist_ok=True)
+        return journal, logs / f"{self.name}.stdout", logs / f"{self.name}.stderr", cwd
+
+    def worker_argv(self, journal: Path, msg_fd: int, parent_pid: int) -> list[str]:
+        """Arguments of stress.engine.worker.main (after `python -m stress.engine.worker`)."""
+        argv = ["--config", str(self.config_path.resolve()), "--worker-id", str(self.worker_id),
+                "--journal", str(journal), "--msg-fd", str(msg_fd),
+                "--parent-pid", str(parent_pid)]
+        return argv + (["--facts"] if self.facts else [])
+
+
+class Runner(Protocol):
+    """Starts the processes the session watches (the seam between the session and what it
+    runs): a spawned Python worker, a process forked by the fork server, ..."""
+
+    name: str
+
+    def launch(self, spec: LaunchSpec) -> WorkerHandle: ...
+
+    def close(self) -> None: ...
+
+
+class SpawnRunner:
+    """A fresh interpreter per worker (subprocess + exec): always safe, pays start-up each time."""
+
+    name = "spawn"
+
+    def launch(self, spec: LaunchSpec) -> WorkerHandle:
+        journal, out_path, err_path, cwd = spec.paths()
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        argv = [spec.python, "-m", "stress.engine.worker",
+                *spec.worker_argv(journal, write_fd, os.getpid())]
+        try:
+            with open(out_path, "wb") as out, open(err_path, "wb") as err:
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err,
+                                        pass_fds=[write_fd], env=spec.env, cwd=cwd,
+                                        start_new_session=True)
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        h = WorkerHandle(spec.worker_id, spec.generation, proc, read_fd, journal, out_path,
+                         err_path, spec.ephemeral)
+        h.stdin = proc.stdin
+        return h
+
+    def close(self) -> None:
+        pass

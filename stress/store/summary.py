@@ -8,9 +8,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from stress.engine.failures import ALL_CLASSES, FailureClass
 from stress.programs.cache import atomic_write
 from stress.store.db import DB_NAME, connect
+from stress.vocab import ALL_CLASSES, FailureClass
 
 SUMMARY_NAME = "summary.json"
 _DETAIL_LIMIT: int = 500  # failures listed in failures_detail; counts always cover all
@@ -61,6 +61,9 @@ def _build(db: sqlite3.Connection, run_dir: Path) -> dict[str, Any]:
     phases = {r[0]: {"seconds": round(r[1], 3), "count": r[2]} for r in db.execute(
         "SELECT phase, seconds, count FROM phases WHERE run_id=?", (run_id,))}
     inv = int(totals["inv"])
+    exposures = _exposures(db, run_id, duration)
+    harness = _scalar(db, "SELECT COUNT(*) FROM workers WHERE run_id=? AND outcome='harness'",
+                      run_id)
     return {
         "run_id": run_id, "results_dir": str(run_dir), "status": run["status"],
         "stop_reason": run["stop_reason"],
@@ -71,7 +74,64 @@ def _build(db: sqlite3.Connection, run_dir: Path) -> dict[str, Any]:
         "worker_processes": int(workers[0]), "duration_s": round(duration, 3),
         "invocations_per_s": round(inv / duration, 1) if duration else 0.0,
         "failures_detail": detail, "command": run["command"], "phases": phases,
-        "manifest": manifest,
+        "exposures": exposures, "harness_errors": harness, "manifest": manifest,
+    }
+
+
+def _scalar(db: sqlite3.Connection, sql: str, *args: Any) -> int:
+    try:
+        return int(db.execute(sql, args).fetchone()[0] or 0)
+    except sqlite3.OperationalError:  # a store from before the column existed
+        return 0
+
+
+_OUTCOMES = ("clean", "crash", "hang", "error")
+
+
+def _exposures(db: sqlite3.Connection, run_id: str, duration: float) -> dict[str, Any]:
+    """How often the run reached the code where teardown failures live: process exits after
+    device use (by outcome), full driver-context teardowns (the process's last device
+    released, or a process exit with devices alive) and handle-only releases; per pattern
+    ("pool" for long-lived workers running mixed patterns) and per second."""
+    exits: dict[str, dict[str, int]] = {}
+    full: dict[str, int] = {}
+    handle: dict[str, int] = {}
+    try:
+        rows = db.execute("SELECT COALESCE(pattern, '?'), outcome, facts FROM workers "
+                          "WHERE run_id=? AND device_used=1 AND ended_at IS NOT NULL",
+                          (run_id,)).fetchall()
+        jobs = db.execute("SELECT pattern, SUM(full_teardowns), SUM(handle_releases) FROM jobs "
+                          "WHERE run_id=? GROUP BY pattern", (run_id,)).fetchall()
+    except sqlite3.OperationalError:  # a store from before m004
+        return {"available": False}
+    for pattern, outcome, facts_text in rows:
+        if outcome not in _OUTCOMES:
+            continue
+        per = exits.setdefault(pattern, dict.fromkeys(("total", *_OUTCOMES), 0))
+        per["total"] += 1
+        per[outcome] += 1
+        bye = (json.loads(facts_text) if facts_text else {}).get("bye") or {}
+        full[pattern] = full.get(pattern, 0) + int(bye.get("full_teardowns", 0)) + \
+            int(int(bye.get("devices_alive", 0)) > 0)
+        handle[pattern] = handle.get(pattern, 0) + int(bye.get("handle_releases", 0))
+    for pattern, f, h in jobs:
+        full[pattern] = full.get(pattern, 0) + int(f or 0)
+        handle[pattern] = handle.get(pattern, 0) + int(h or 0)
+
+    def rate(n: int) -> float:
+        return round(n / duration, 3) if duration else 0.0
+
+    totals = dict.fromkeys(("total", *_OUTCOMES), 0)
+    for per in exits.values():
+        for k in totals:
+            totals[k] += per[k]
+    return {
+        "process_exits": {**totals, "per_s": rate(totals["total"]),
+                          "by_pattern": dict(sorted(exits.items()))},
+        "full_teardowns": {"total": sum(full.values()), "per_s": rate(sum(full.values())),
+                           "by_pattern": dict(sorted(full.items()))},
+        "handle_releases": {"total": sum(handle.values()), "per_s": rate(sum(handle.values())),
+                            "by_pattern": dict(sorted(handle.items()))},
     }
 
 

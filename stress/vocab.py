@@ -1,4 +1,5 @@
-"""Failure classes and the record the parent keeps for each failure."""
+"""Vocabulary every stage shares (engine, store, analysis, verdicts): failure classes and
+signal names. The lowest module of the package: it imports nothing of ours."""
 
 from __future__ import annotations
 

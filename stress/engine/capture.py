@@ -1,0 +1,211 @@
+"""What the session does when a worker fails: evidence first, then the kill, then one failure
+record attributed to the job that was running ("worker w3 crashed while running ...").
+
+Crashes are seen at exit (the process is already gone: its journal, stderr and a post-mortem
+stack are what is left); hangs are seen by the watchdog (the process is alive: telemetry, every
+thread's stack and state, then SIGTERM -> grace -> SIGKILL of the group, telemetry again).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stress.engine import evidence, telemetry
+from stress.engine.attribution import Attribution, attribute
+from stress.engine.journal import Step
+from stress.engine.watchdog import STARTUP_STEP, Stuck
+from stress.engine.workermanage import WorkerHandle, signal_group
+from stress.vocab import FailureClass, signal_name
+
+if TYPE_CHECKING:
+    from stress.engine.jobs import Job
+    from stress.engine.session import Session
+
+_MAX_FAILURE_FOLDERS: int = 200  # crash/hang folders per run; errors and miscompares take none
+EXIT_HARNESS: int = 70  # worker.EXIT_HARNESS: iree-stress's own code failed in the worker
+
+
+def record(s: Session, cls: FailureClass, h: WorkerHandle | None, job: Job | None,
+           sig: str | None, attr: Attribution, message: str, folder: Path | None,
+           count: bool = True, evidence_facts: dict[str, Any] | None = None,
+           exposure: str | None = None) -> None:
+    """One failure row (committed at once). `count`: a process-level failure (crash, hang):
+    counted here; errors and miscompares are counted from the job's result instead."""
+    if count:
+        s.failures_by_class[cls.value] += 1
+        s.failure_count += 1
+    s.store.add_failure(s.run_id, {
+        "class": cls.value, "signal": sig, "job_index": job.index if job else None,
+        "program": job.program if job else None, "pattern": job.pattern if job else None,
+        "seed": job.seed if job else None, "worker": h.worker_id if h else None,
+        "pid": h.pid if h else None, "last_step": attr.last_step, "in_flight": attr.in_flight,
+        "steps": attr.steps, "artifacts": str(folder) if folder else None, "message": message,
+        "attribution": attr.method, "elapsed_s": time.monotonic() - s.started,
+        "native_tid": attr.native_tid or None, "evidence": evidence_facts or {},
+        "exposure": exposure})
+    if h is not None:
+        s.progress.failure(cls, h, job, attr, sig, folder)
+
+
+def new_folder(s: Session, cls: FailureClass, name: str) -> Path | None:
+    """A fresh evidence folder, or None past the cap (the failure is still recorded)."""
+    if s.folders >= _MAX_FAILURE_FOLDERS:
+        return None
+    s.folders += 1
+    folder = s.run_dir / "failures" / f"{s.folders:04d}-{cls.value}-{name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def write_evidence(s: Session, folder: Path | None, h: WorkerHandle, job: Job | None,
+                   attr: Attribution, extra: dict[str, str]) -> None:
+    if folder is not None:
+        evidence.write_folder(folder, s.cfg, h.tail(h.stderr_path), h.tail(h.stdout_path),
+                              job, attr.journal_text, extra)
+
+
+def _job_text(job: Job | None) -> str:
+    return job.describe() if job else "no job (setup or teardown)"
+
+
+def end_worker(s: Session, h: WorkerHandle, rc: int | None, reason: str, outcome: str) -> None:
+    """The worker's row: how it ended, and what its exit exposed (a process that used a device
+    and then exited is one exposure of the driver's exit path)."""
+    job = next(iter(h.recent.values()), None) if h.ephemeral else None
+    facts = {**(h.facts or {}), **({"bye": h.bye} if h.bye else {})}
+    s.store.end_worker(h.db_row, rc, signal_name(rc), reason, facts or None,
+                       outcome=outcome, device_used=int(bool(h.recent)),
+                       pattern=job.pattern if job else ("pool" if not h.ephemeral else None),
+                       job_index=job.index if job else None, bye_at=h.bye_at)
+
+
+def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
+    """A worker process ended. Clean when it said bye and exited 0; a hang we killed was
+    recorded by on_stuck; anything else is a failure (the exit status wins over what the
+    worker said)."""
+    noticed_ns = time.monotonic_ns()
+    s.drain(h)
+    if h.killed_by_us:
+        s.retire(h)
+        return
+    signal_group(h.pid, signal.SIGKILL)  # whatever the worker left running in its group
+    sig = signal_name(rc)
+    said_bye = h.bye_at is not None
+    if rc == EXIT_HARNESS:
+        s.harness_errors.append(f"worker {h.name} failed in iree-stress's own code "
+                                f"(see {h.stderr_path})")
+        s.requeue(h, None)
+        end_worker(s, h, rc, "harness error", "harness")
+        s.restart(h)
+        s.retire(h)
+        return
+    if said_bye and rc == 0:
+        end_worker(s, h, rc, "exit", "clean")
+        s.retire(h)
+        return
+    stderr = h.tail(h.stderr_path)
+    attr = attribute(h.journal(), stderr)
+    exposure = None
+    if said_bye:  # its work was done and reported: the process's exit itself failed
+        attr.last_step = Step.WORKER_EXIT.label
+        exposure = "process_exit"
+    job = s.job_of(h, attr)
+    cls = FailureClass.ERROR if said_bye and sig is None else FailureClass.CRASH
+    folder = new_folder(s, cls, h.name)
+    what = f"killed by {sig}" if sig else f"exited with status {rc}"
+    if rc == 0:
+        what = "exited 0 before finishing its jobs"
+    when = "after its work was done and reported" if said_bye else \
+        f"while running {_job_text(job)}"
+    message = f"worker {h.name} {what} {when}"
+    stacks: evidence.Stacks | None = None
+    after = telemetry.snapshot(s.cfg.target.backend.value)
+    facts: dict[str, Any] = {"stack_source": "faulthandler" if "Current thread" in stderr
+                             else "none"}
+    write_evidence(s, folder, h, job, attr, {
+        "telemetry_after.json": json.dumps(after, indent=1),
+        "stacks.txt": stacks.text if stacks else
+        "# faulthandler\nprocess was already dead; faulthandler's Python stacks of every "
+        "thread are in stderr.tail\n",
+        "failure.json": json.dumps({
+            "class": cls.value, "signal": sig, "exit_code": rc, "said_bye": said_bye,
+            "last_step": attr.last_step, "in_flight": attr.in_flight,
+            "attribution": attr.method, "native_tid": attr.native_tid, **facts,
+            # upper bound: the last journal record precedes the death
+            "timing": {"noticed_after_last_record_s":
+                       (noticed_ns - attr.last_record_ns) / 1e9
+                       if attr.last_record_ns else None}}, indent=1)})
+    record(s, cls, h, job, sig, attr, message, folder, evidence_facts=facts, exposure=exposure)
+    s.requeue(h, job)
+    end_worker(s, h, rc, sig or f"exit {rc}", "crash" if cls is FailureClass.CRASH else "error")
+    s.restart(h)
+    s.retire(h)
+
+
+def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
+    """Workers past a deadline: drain their results, take every one's evidence (telemetry,
+    stacks) while all are still alive, then kill them all, then record one failure each."""
+    backend = s.cfg.target.backend.value
+    t0 = time.monotonic()
+    for h, _ in stuck:
+        s.drain(h)  # jobs that finished while it hung keep their results
+    before = telemetry.snapshot(backend)
+    stacks = {h.pid: evidence.dump_stacks(h.pid, h.stderr_path) for h, _ in stuck}
+    t_stacks = time.monotonic()
+    codes = {h.pid: h.kill_group() for h, _ in stuck}
+    t_killed = time.monotonic()
+    after = telemetry.snapshot(backend)
+    for h, st in stuck:
+        s.drain(h)
+        rc = codes[h.pid]
+        cls = FailureClass.TEARDOWN_HANG if st.teardown else FailureClass.HANG
+        attr = attribute(h.journal(), "", slot_hint=st.slot)
+        if st.slot is None or attr.last_step is None:
+            attr.last_step = st.label
+        job = s.job_of(h, attr)
+        folder = new_folder(s, cls, h.name)
+        deadline = s.cfg.teardown_timeout_s if st.teardown else s.cfg.timeout_s
+        where = "starting up" if st.label == STARTUP_STEP else f"stuck in {attr.last_step}"
+        message = (f"worker {h.name} {where} for more than {deadline:g} s while running "
+                   f"{_job_text(job)}")
+        if len(stuck) > 1:
+            message += f" ({len(stuck)} workers stuck at once)"
+        timing = {"stacks_s": t_stacks - t0, "kill_s": t_killed - t_stacks,
+                  "evidence_and_kill_s": t_killed - t0, "deadline_s": deadline,
+                  "declared_after_step_begin_s": st.age_s, "workers_stuck": len(stuck)}
+        st_stacks = stacks[h.pid]
+        facts: dict[str, Any] = {"stack_source": st_stacks.tool}
+        exposure = "process_exit" if st.step is Step.WORKER_EXIT else None
+        write_evidence(s, folder, h, job, attr, {
+            "stacks.txt": f"# {st_stacks.tool}\n{st_stacks.text}",
+            "telemetry_before.json": json.dumps(before, indent=1),
+            "telemetry_after.json": json.dumps(after, indent=1),
+            "failure.json": json.dumps({"class": cls.value, "last_step": attr.last_step,
+                                        "in_flight": attr.in_flight, "timing": timing,
+                                        "native_tid": attr.native_tid,
+                                        "attribution": attr.method, "unkillable": h.unkillable,
+                                        **facts}, indent=1)})
+        record(s, cls, h, job, None, attr, message, folder, evidence_facts=facts,
+               exposure=exposure)
+        s.requeue(h, job)
+        end_worker(s, h, rc, "unkillable (D state)" if h.unkillable else cls.value, "hang")
+        s.restart(h)
+        s.retire(h)
+
+
+def record_startup(s: Session, failure: dict[str, Any]) -> None:
+    """A failure of the stack seen before the soak began (the driver probe loaded the driver,
+    then crashed or stalled in its teardown): recorded like any other, and the run goes on."""
+    cls = FailureClass(failure["class"])
+    folder = new_folder(s, cls, "probe")
+    attr = Attribution("probe", last_step=failure["step"])
+    if folder is not None:
+        for name, text in failure.get("files", {}).items():
+            (folder / name).write_text(text)
+    record(s, cls, None, None, failure.get("signal"), attr, failure["message"], folder,
+           evidence_facts={"stack_source": failure.get("stack_source", "none")},
+           exposure="process_exit")

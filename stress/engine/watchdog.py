@@ -1,0 +1,81 @@
+"""Deadlines: which workers are stuck, decided from their journals and a clock (pure: the
+session feeds it `now`, tests feed it a fake one).
+
+Every step a worker takes has a deadline and a class: HAL steps (--timeout), teardown steps and
+the worker's exit (--teardown-timeout: a teardown hang), interpreter start-up before the journal
+exists, a job whose thread made no journal progress at all, and a worker told to stop that
+neither finishes nor exits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stress.engine.journal import JournalReader, Phase, Step
+
+STARTUP_STEP: str = "startup"  # label of the pre-journal phase (not a journal step)
+STOP_STEP: str = "stop"  # label of "told to stop, never left" when no step is in flight
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float  # a HAL step
+    teardown_timeout_s: float  # release, driver release, gc, worker exit
+    startup_s: float  # process start to journal file
+    stop_grace_s: float  # after `stop`, beyond the two deadlines
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """One stuck worker: the slot and step to blame (slot None: no journal slot in flight)."""
+
+    slot: int | None
+    step: Step | None
+    label: str
+    teardown: bool
+    age_s: float  # how long the step has been running
+
+
+def scan(reader: JournalReader | None, now_ns: int, limits: Limits, *, started_ns: int,
+         bye_ns: int | None, stop_ns: int | None) -> Stuck | None:
+    """The first deadline this worker has passed, or None."""
+    if reader is None:
+        age = (now_ns - started_ns) / 1e9
+        if age > limits.startup_s:
+            return Stuck(None, None, STARTUP_STEP, False, age)
+        return None
+    latest = reader.latest()
+    newest = max((ts for _, ts, _, _, _ in latest), default=started_ns)
+    late: list[tuple[int, Stuck]] = []
+    job_stuck: Stuck | None = None
+    for slot, ts, step_code, phase, _job in latest:
+        if phase != Phase.BEGIN:
+            continue
+        step = Step(step_code)
+        age = (now_ns - ts) / 1e9
+        if step is Step.JOB:
+            # A job thread waiting on its helpers shows JOB begun and nothing since: normal
+            # while any thread of the process moves. Stuck when the whole process is silent.
+            if age > limits.timeout_s and (now_ns - newest) / 1e9 > limits.timeout_s:
+                job_stuck = Stuck(slot, step, step.label, False, age)
+            continue
+        limit = limits.teardown_timeout_s if step.is_teardown() else limits.timeout_s
+        if age > limit:
+            late.append((ts, Stuck(slot, step, step.label, step.is_teardown(), age)))
+    if late:
+        # Several threads past their deadlines: blame the step begun last. A thread stuck in
+        # native code while holding the GIL stops every other thread from running Python, so
+        # no journal record can follow its begin: the others are its victims (typically a
+        # step whose native part ended and that waits for the GIL to return).
+        return max(late, key=lambda x: x[0])[1]
+    if job_stuck is not None:
+        return job_stuck
+    if bye_ns is not None:
+        age = (now_ns - bye_ns) / 1e9
+        if age > limits.teardown_timeout_s:
+            return Stuck(None, Step.WORKER_EXIT, Step.WORKER_EXIT.label, True, age)
+    elif stop_ns is not None:
+        age = (now_ns - stop_ns) / 1e9
+        if age > limits.timeout_s + limits.teardown_timeout_s + limits.stop_grace_s:
+            return Stuck(None, None, STOP_STEP, True, age)
+    return None

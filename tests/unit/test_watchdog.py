@@ -1,0 +1,114 @@
+"""The watchdog's deadlines (issue 8): every step a worker takes has one, decided on a fake
+clock against real journal files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stress.engine import journal as journal_mod
+from stress.engine import watchdog
+from stress.engine.journal import JournalReader, JournalWriter, Step
+
+LIMITS = watchdog.Limits(timeout_s=30.0, teardown_timeout_s=15.0, startup_s=120.0,
+                         stop_grace_s=5.0)
+S = 1_000_000_000  # ns per second
+
+
+def journal(tmp_path: Path) -> tuple[JournalWriter, JournalReader]:
+    w = JournalWriter(tmp_path / "j.bin", slots=4)
+    return w, JournalReader(tmp_path / "j.bin")
+
+
+def scan(reader: JournalReader | None, now_ns: int, **kw: int | None) -> watchdog.Stuck | None:
+    args: dict[str, int | None] = {"started_ns": 0, "bye_ns": None, "stop_ns": None, **kw}
+    return watchdog.scan(reader, now_ns, LIMITS, started_ns=int(args["started_ns"] or 0),
+                         bye_ns=args["bye_ns"], stop_ns=args["stop_ns"])
+
+
+def newest_ts(reader: JournalReader) -> int:
+    return max(ts for _, ts, _, _, _ in reader.latest())
+
+
+def test_a_worker_without_a_journal_is_stuck_in_startup_only_after_the_startup_deadline(
+        ) -> None:
+    assert scan(None, 119 * S) is None
+    stuck = scan(None, 121 * S)
+    assert stuck is not None and stuck.label == "startup" and not stuck.teardown
+
+
+def test_a_hal_step_past_timeout_is_a_hang_and_a_release_past_its_deadline_a_teardown_hang(
+        tmp_path: Path) -> None:
+    w, r = journal(tmp_path)
+    t = w.acquire()
+    t.begin(Step.INVOKE)
+    now = newest_ts(r)
+    assert scan(r, now + 29 * S) is None
+    stuck = scan(r, now + 31 * S)
+    assert stuck is not None and stuck.step is Step.INVOKE and not stuck.teardown
+    t.end(Step.INVOKE)
+    t.begin(Step.DEVICE_RELEASE)
+    now = newest_ts(r)
+    assert scan(r, now + 14 * S) is None
+    stuck = scan(r, now + 16 * S)
+    assert stuck is not None and stuck.step is Step.DEVICE_RELEASE and stuck.teardown
+
+
+def test_a_job_waiting_on_busy_helpers_is_not_stuck_but_a_silent_process_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JOB step was exempt from the watchdog: a thread stuck between HAL steps (or a
+    process where nothing moves) was never declared."""
+    clock = [1000 * S]
+    monkeypatch.setattr(journal_mod, "_now", lambda: clock[0])
+    w, r = journal(tmp_path)
+    job_thread, helper = w.acquire(), w.acquire()
+    job_thread.begin(Step.JOB)  # at t = 1000 s
+    clock[0] += 25 * S
+    helper.begin(Step.INVOKE)  # the helper keeps working
+    helper.end(Step.INVOKE)  # at t = 1025 s
+    assert scan(r, 1040 * S) is None  # job begun 40 s ago, but the process moved 15 s ago
+    stuck = scan(r, 1056 * S)  # nothing at all for 31 s: stuck, blamed on the job thread
+    assert stuck is not None and stuck.step is Step.JOB and stuck.slot == job_thread.slot
+
+
+def test_a_worker_that_said_bye_but_never_exits_is_a_teardown_hang_at_worker_exit(
+        tmp_path: Path) -> None:
+    w, r = journal(tmp_path)
+    t = w.acquire()
+    t.begin(Step.JOB)
+    t.end(Step.JOB)
+    bye = newest_ts(r)
+    assert scan(r, bye + 14 * S, bye_ns=bye) is None
+    stuck = scan(r, bye + 16 * S, bye_ns=bye)
+    assert stuck is not None and stuck.step is Step.WORKER_EXIT and stuck.teardown
+
+
+def test_a_worker_told_to_stop_that_neither_finishes_nor_exits_is_declared(
+        tmp_path: Path) -> None:
+    """Before: with no step in flight and no bye, the parent's teardown loop waited forever."""
+    w, r = journal(tmp_path)
+    t = w.acquire()
+    t.begin(Step.JOB)
+    t.end(Step.JOB)
+    stop = newest_ts(r)
+    limit = LIMITS.timeout_s + LIMITS.teardown_timeout_s + LIMITS.stop_grace_s
+    assert scan(r, stop + int((limit - 1) * S), stop_ns=stop) is None
+    stuck = scan(r, stop + int((limit + 1) * S), stop_ns=stop)
+    assert stuck is not None and stuck.label == "stop" and stuck.teardown
+
+
+def test_of_several_late_threads_the_step_begun_last_is_blamed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release stuck in native code while holding the GIL leaves an invoke on another
+    thread unable to return: both are late, the release (begun last) is the cause."""
+    clock = [1000 * S]
+    monkeypatch.setattr(journal_mod, "_now", lambda: clock[0])
+    w, r = journal(tmp_path)
+    victim, culprit, busy_job = w.acquire(), w.acquire(), w.acquire()
+    victim.begin(Step.INVOKE)  # t = 1000 s
+    busy_job.begin(Step.JOB)
+    clock[0] += 2 * S
+    culprit.begin(Step.DEVICE_RELEASE)  # t = 1002 s
+    stuck = scan(r, 1040 * S)
+    assert stuck is not None and stuck.slot == culprit.slot and stuck.teardown
