@@ -82,7 +82,7 @@ def dump_stacks(pid: int, stderr_path: Path | None = None,
                           note="; ".join(notes))
         notes.append(f"gdb: {run.error or 'no threads'}")
     else:
-        notes.append("gdb not found")
+        notes.append("gdb or cuda-gdb not found")
     before = stderr_path.stat().st_size if stderr_path and stderr_path.exists() else 0
     try:
         os.kill(pid, signal.SIGUSR1)

@@ -510,7 +510,7 @@ def _read_core(core: Path, exe: str, crashed: int | None, left: Callable[[], flo
                           threads=threads)
         notes_text.append(f"gdb gave no threads ({run.describe()})")
     else:
-        notes_text.append("gdb not found")
+        notes_text.append("gdb or cuda-gdb not found")
     if pystack_available():
         run = procstate.run_bounded([sys.executable, "-m", "pystack", "core", str(core), exe,
                                      "--native"], left())

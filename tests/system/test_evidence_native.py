@@ -144,18 +144,23 @@ def test_without_gdb_the_core_still_gives_python_frames_and_the_crashed_thread(
         fault_lib: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The H200 machine's case: py-spy but no gdb."""
     needs_cores()
-    if postmortem.find_pyspy() is None:
+    pyspy = postmortem.find_pyspy()
+    if pyspy is None:
         pytest.skip("no py-spy")
     pid, out, err, rc = crash(THREAD_CRASH, tmp_path, str(fault_lib))
     assert rc == -11, err
     crashing_tid = int(out.split()[0])
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no gdb, no pystack module either
+    only_pyspy = tmp_path.parent / f"{tmp_path.name}-bin"  # outside the core folder
+    only_pyspy.mkdir()
+    (only_pyspy / "py-spy").symlink_to(pyspy)
+    monkeypatch.setenv("PATH", str(only_pyspy))  # no gdb or cuda-gdb
+    monkeypatch.setattr(postmortem, "find_pyspy", lambda: str(only_pyspy / "py-spy"))
     monkeypatch.setattr(postmortem, "pystack_available", lambda: False)
 
     stacks = postmortem.native_stacks(pid, sys.executable, tmp_path, err)
 
     assert stacks.tool is StackSource.CORE_PYSPY, stacks.note
-    assert "gdb not found" in stacks.note
+    assert "gdb or cuda-gdb not found" in stacks.note
     assert stacks.crashed_tid == crashing_tid
     assert stacks.crash_frames() == ["go", "Thread.run", "Thread._bootstrap_inner",
                                      "Thread._bootstrap"]
