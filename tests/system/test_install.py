@@ -75,6 +75,19 @@ def test_the_installed_package_not_the_checkout_is_what_runs(
         p.name for p in corpus.EXAMPLES_DIR.iterdir()}
 
 
+def test_every_data_file_of_the_package_is_installed(
+        installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    bin_dir, env = installed
+    proc = _run([str(bin_dir / "python"), "-c", "import stress; print(stress.__file__)"],
+                env, tmp_path)
+    site_stress = Path(proc.stdout.strip()).parent
+    source = REPO / "stress"
+    data = [p.relative_to(source) for p in source.rglob("*")
+            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts]
+    assert data  # the corpus templates at least
+    assert [p for p in data if not (site_stress / p).is_file()] == []
+
+
 def test_installed_programs_lists_the_whole_corpus_from_another_directory(
         installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     bin_dir, env = installed
