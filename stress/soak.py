@@ -181,6 +181,8 @@ def run_soak(opts: SoakOptions) -> dict[str, Any]:
         shard=opts.shard, job_seed=opts.job_seed, command=shlex.join(argv),
         progress=opts.progress, compiler_version=compiler_version,
         tool_version=__version__)
-    Session(config, run_id, run_dir, RunStore(run_dir), phases,
-            startup_failures=found.failures).run()
-    return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})
+    session = Session(config, run_id, run_dir, RunStore(run_dir), phases,
+                      startup_failures=found.failures)
+    with session.signals():
+        session.run()
+        return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})

@@ -115,6 +115,14 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
         exposure = "process_exit"
     job = s.job_of(h, attr)
     cls = FailureClass.ERROR if said_bye and sig is None else FailureClass.CRASH
+    crash = None
+    if sig is not None and h.cwd is not None:  # native stacks post mortem (core + gdb, ...)
+        reader = h.journal()
+        tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
+        crash = evidence.collect_crash(h.pid, s.python, h.cwd, stderr,
+                                       since_wall=h.started_wall, tids=tids)
+        if crash.stacks.crashed_tid and not attr.native_tid:
+            attr.native_tid = crash.stacks.crashed_tid
     folder = new_folder(s, cls, h.name)
     what = f"killed by {sig}" if sig else f"exited with status {rc}"
     if rc == 0:
@@ -122,15 +130,12 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     when = "after its work was done and reported" if said_bye else \
         f"while running {_job_text(job)}"
     message = f"worker {h.name} {what} {when}"
-    stacks: evidence.Stacks | None = None
     after = telemetry.snapshot(s.cfg.target.backend.value)
-    facts: dict[str, Any] = {"stack_source": "faulthandler" if "Current thread" in stderr
-                             else "none"}
+    facts: dict[str, Any] = crash.summary() if crash else {"stack_source": "none"}
+    files = crash.files() if crash else {
+        "stacks.txt": "# none\nthe process exited with a status, not a signal: no stack\n"}
     write_evidence(s, folder, h, job, attr, {
-        "telemetry_after.json": json.dumps(after, indent=1),
-        "stacks.txt": stacks.text if stacks else
-        "# faulthandler\nprocess was already dead; faulthandler's Python stacks of every "
-        "thread are in stderr.tail\n",
+        **files, "telemetry_after.json": json.dumps(after, indent=1),
         "failure.json": json.dumps({
             "class": cls.value, "signal": sig, "exit_code": rc, "said_bye": said_bye,
             "last_step": attr.last_step, "in_flight": attr.in_flight,
@@ -153,8 +158,10 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
     t0 = time.monotonic()
     for h, _ in stuck:
         s.drain(h)  # jobs that finished while it hung keep their results
-    before = telemetry.snapshot(backend)
-    stacks = {h.pid: evidence.dump_stacks(h.pid, h.stderr_path) for h, _ in stuck}
+    hang = evidence.collect_many([h.pid for h, _ in stuck],
+                                 stderr_paths={h.pid: h.stderr_path for h, _ in stuck},
+                                 backend=backend,
+                                 since_wall=min(h.started_wall for h, _ in stuck))
     t_stacks = time.monotonic()
     codes = {h.pid: h.kill_group() for h, _ in stuck}
     t_killed = time.monotonic()
@@ -177,12 +184,14 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
         timing = {"stacks_s": t_stacks - t0, "kill_s": t_killed - t_stacks,
                   "evidence_and_kill_s": t_killed - t0, "deadline_s": deadline,
                   "declared_after_step_begin_s": st.age_s, "workers_stuck": len(stuck)}
-        st_stacks = stacks[h.pid]
-        facts: dict[str, Any] = {"stack_source": st_stacks.tool}
+        proc = hang.processes[h.pid]
+        tid = attr.native_tid or _main_tid(h)
+        activity = proc.activity_of(tid)
+        facts: dict[str, Any] = {**proc.summary(), "activity": activity.value if activity
+                                 else None, "activity_tid": tid}
         exposure = "process_exit" if st.step is Step.WORKER_EXIT else None
         write_evidence(s, folder, h, job, attr, {
-            "stacks.txt": f"# {st_stacks.tool}\n{st_stacks.text}",
-            "telemetry_before.json": json.dumps(before, indent=1),
+            **hang.files(h.pid),
             "telemetry_after.json": json.dumps(after, indent=1),
             "failure.json": json.dumps({"class": cls.value, "last_step": attr.last_step,
                                         "in_flight": attr.in_flight, "timing": timing,
@@ -197,6 +206,12 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
         s.retire(h)
 
 
+def _main_tid(h: WorkerHandle) -> int:
+    """The thread to judge busy/blocked when no journal slot is to blame (start-up, exit):
+    the process's main thread, whose native id is its pid."""
+    return h.pid
+
+
 def record_startup(s: Session, failure: dict[str, Any]) -> None:
     """A failure of the stack seen before the soak began (the driver probe loaded the driver,
     then crashed or stalled in its teardown): recorded like any other, and the run goes on."""
@@ -207,5 +222,4 @@ def record_startup(s: Session, failure: dict[str, Any]) -> None:
         for name, text in failure.get("files", {}).items():
             (folder / name).write_text(text)
     record(s, cls, None, None, failure.get("signal"), attr, failure["message"], folder,
-           evidence_facts={"stack_source": failure.get("stack_source", "none")},
-           exposure="process_exit")
+           evidence_facts=failure.get("evidence", {}), exposure="process_exit")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stress.engine import evidence, postmortem
 from stress.vocab import signal_name
 
 _PROBE_TIMEOUT_S: float = 60.0  # import + driver create + release + exit on a loaded box
@@ -68,7 +70,7 @@ class ProbeResult:
 
 
 def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: float) -> tuple[
-        str, list[dict[str, Any]], int | None, str, str]:
+        str, list[dict[str, Any]], int | None, str, str, int]:
     """Runs the probe for one driver: (driver, stage lines, returncode or None when it stalled,
     stderr, cwd). Once the driver's verdict is in, its release and the process's exit get
     only `teardown_timeout_s` (a teardown stall must not cost the whole probe deadline). The
@@ -77,7 +79,8 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
     err_file = Path(cwd) / "stderr"
     with open(err_file, "wb") as err_out:
         proc = subprocess.Popen([python, "-c", _PROBE, driver], stdout=subprocess.PIPE,
-                                stderr=err_out, env=env, cwd=cwd, start_new_session=True)
+                                stderr=err_out, env=env, cwd=cwd, start_new_session=True,
+                                preexec_fn=postmortem.prepare_child)
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), False)
     lines: list[dict[str, Any]] = []
@@ -112,7 +115,7 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
     proc.stdout.close()
     err = err_file.read_bytes()[-_STDERR_TAIL:].decode(errors="replace")
     err_file.unlink()
-    return driver, lines, rc, err, cwd
+    return driver, lines, rc, err, cwd, proc.pid
 
 
 def probe(python: str, drivers: Iterable[str], env: dict[str, str],
@@ -122,13 +125,13 @@ def probe(python: str, drivers: Iterable[str], env: dict[str, str],
     result = ProbeResult()
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
         runs = list(pool.map(lambda d: _one(python, d, env, teardown_timeout_s), names))
-    for driver, lines, rc, err, cwd in runs:
-        _judge(result, driver, lines, rc, err, cwd)
+    for driver, lines, rc, err, cwd, pid in runs:
+        _judge(result, python, driver, lines, rc, err, cwd, pid)
     return result
 
 
-def _judge(result: ProbeResult, driver: str, lines: list[dict[str, Any]], rc: int | None,
-           stderr: str, cwd: str) -> None:
+def _judge(result: ProbeResult, python: str, driver: str, lines: list[dict[str, Any]],
+           rc: int | None, stderr: str, cwd: str, pid: int) -> None:
     stages = [x.get("stage") for x in lines]
     for x in lines:
         if x.get("stage") == "imported":
@@ -156,20 +159,22 @@ def _judge(result: ProbeResult, driver: str, lines: list[dict[str, Any]], rc: in
     hang = rc is None
     cls = ("teardown_hang" if step != "driver-create" else "hang") if hang else \
         ("crash" if rc is not None and rc < 0 else "error")
+    facts: dict[str, Any] = {"stack_source": "none"}
+    files = {"stderr.tail": stderr, "probe.jsonl": "\n".join(json.dumps(x) for x in lines)}
+    if rc is not None and rc < 0:  # its core, read like a worker's
+        crash = evidence.collect_crash(pid, python, Path(cwd), stderr)
+        facts = crash.summary()
+        files.update(crash.files())
     result.failures.append({
         "class": cls, "step": step, "signal": signal_name(rc), "driver": driver,
-        "stack_source": "faulthandler" if "Fatal Python error" in stderr else "none",
-        "core_dir": cwd,
+        "evidence": facts,
         "message": f"driver probe of {driver!r} {what} in {step}, after the driver loaded: "
                    "a failure of the stack under test",
-        "files": {"stderr.tail": stderr, "probe.jsonl": "\n".join(json.dumps(x) for x in lines),
-                  "failure.json": json.dumps({"class": cls, "last_step": step,
-                                              "signal": signal_name(rc), "exit_code": rc,
-                                              "attribution": "probe"}, indent=1)}})
+        "files": {**files, "failure.json": json.dumps({
+            "class": cls, "last_step": step, "signal": signal_name(rc), "exit_code": rc,
+            "attribution": "probe", **facts}, indent=1)}})
+    _cleanup(cwd)
 
 
 def _cleanup(cwd: str) -> None:
-    path = Path(cwd)
-    for f in path.iterdir():
-        f.unlink()
-    path.rmdir()
+    shutil.rmtree(cwd, ignore_errors=True)

@@ -17,6 +17,7 @@ import sys
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -438,14 +439,26 @@ class Session:
         if self.interrupt is None:
             self.interrupt = signal.Signals(signum).name
 
-    def run(self) -> str:
-        """Runs until done; returns the final status: completed | interrupted | failed."""
-        self.write_worker_config()
-        self.store.start_run(self.run_id, self.cfg.seed, self.cfg.command, self.manifest(),
-                             self.cfg.as_dict())
+    @contextmanager
+    def signals(self) -> Iterator[None]:
+        """SIGINT/SIGTERM handled by flag for as long as the caller needs (the run, then its
+        summary): a second Ctrl-C while we shut down or write the summary is noted, never a
+        traceback."""
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         for s in previous:
             signal.signal(s, self._on_signal)
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def run(self) -> str:
+        """Runs until done; returns the final status: completed | interrupted | failed. Call it
+        inside `signals()` so that an interrupt stops it cleanly."""
+        self.write_worker_config()
+        self.store.start_run(self.run_id, self.cfg.seed, self.cfg.command, self.manifest(),
+                             self.cfg.as_dict())
         status = "completed"
         try:
             for failure in self.startup_failures:
@@ -466,8 +479,6 @@ class Session:
             self.stop_reason = f"results store unwritable: {exc}"
             self._kill_all("store error")
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
             self.runner.close()
             if self.unreaped:
                 self.stop_reason += (f"; {len(self.unreaped)} worker(s) survived SIGKILL (stuck "

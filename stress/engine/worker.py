@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from stress.engine import inject
+from stress.engine import inject, postmortem
 from stress.engine.invocation import Device, Expectation, FailureNote, JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import JournalWriter, SlotWriter, Step
@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parent-pid", type=int, default=0, help="the parent's pid (orphan check)")
     args = ap.parse_args(argv)
     _die_with_parent(args.parent_pid)
+    postmortem.prepare_child()  # a fatal signal leaves a core in our cwd for the parent
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     config = json.loads(Path(args.config).read_text())

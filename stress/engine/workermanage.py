@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from stress.engine import postmortem
 from stress.engine.jobs import Job
 from stress.engine.journal import JournalReader
 
@@ -71,6 +72,8 @@ class WorkerHandle:
     stdin: IO[bytes] | None = None
     facts: dict[str, Any] | None = None
     db_row: int = 0
+    cwd: Path | None = None  # where a core of this worker lands
+    started_wall: float = field(default_factory=time.time)
     _buf: bytes = b""
     _journal: JournalReader | None = None
     inbox: deque[tuple[str, dict[str, Any]]] = field(default_factory=deque)
@@ -231,10 +234,10 @@ class LaunchSpec:
         run_dir = self.run_dir.resolve()
         journal = run_dir / "journal" / f"{self.name}.bin"
         logs = run_dir / "workers"
-        cwd = logs / self.name
-        for d in (journal.parent, cwd):
+        for d in (journal.parent, logs):
             d.mkdir(parents=True, exist_ok=True)
-        return journal, logs / f"{self.name}.stdout", logs / f"{self.name}.stderr", cwd
+        return journal, logs / f"{self.name}.stdout", logs / f"{self.name}.stderr", \
+            postmortem.core_dir(run_dir, self.name)
 
     def worker_argv(self, journal: Path, msg_fd: int, parent_pid: int) -> list[str]:
         """Arguments of stress.engine.worker.main (after `python -m stress.engine.worker`)."""
@@ -278,7 +281,7 @@ class SpawnRunner:
             os.close(write_fd)
         h = WorkerHandle(spec.worker_id, spec.generation, proc, read_fd, journal, out_path,
                          err_path, spec.ephemeral)
-        h.stdin = proc.stdin
+        h.stdin, h.cwd = proc.stdin, cwd
         return h
 
     def close(self) -> None:

@@ -1,0 +1,47 @@
+"""Stopping a worker's process group (issue 8)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from stress.engine.workermanage import WorkerHandle
+
+_CHILD = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+          "print('ready', flush=True); time.sleep(120)")
+_LEADER = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {_CHILD!r}],"
+           " stdout=subprocess.PIPE); p.stdout.readline(); print(p.pid, flush=True); "
+           "time.sleep(120)")
+
+
+def test_kill_group_also_kills_members_that_ignore_sigterm_after_the_leader_left(
+        tmp_path: Path) -> None:
+    """Before: kill_group returned when the leader exited on SIGTERM, so a member that
+    ignores SIGTERM never got SIGKILL and outlived the run."""
+    proc = subprocess.Popen([sys.executable, "-c", _LEADER], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    read_fd, write_fd = os.pipe()
+    os.close(write_fd)
+    h = WorkerHandle(0, 0, proc, read_fd, tmp_path / "j", tmp_path / "o", tmp_path / "e",
+                     ephemeral=False)
+    rc = h.kill_group(grace_s=1.0)
+    assert rc is not None and rc < 0  # the leader died by SIGTERM
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(child) and time.monotonic() < deadline:
+        try:
+            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    alive = psutil.pid_exists(child) and \
+        psutil.Process(child).status() != psutil.STATUS_ZOMBIE
+    assert not alive, "a SIGTERM-ignoring member of the group survived"
+    h.close()
