@@ -193,16 +193,22 @@ def soak_exit_code(summary: dict[str, Any]) -> int:
               help="Write the report here instead of stdout.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write JUnit XML (one testcase per program x pattern).")
+@click.option("--known", "known_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              envvar="IREE_STRESS_KNOWN", show_envvar=True,
+              help="Known-failures file (TOML, docs/reports.md); repeatable. Known signatures "
+                   "are shown apart from new ones.")
 def report(run_dirs: tuple[Path, ...], fmt: str, output: Path | None,
-           junit: Path | None) -> None:
-    """Failure signatures, HAL-sequence correlation and factor rates of one or more runs
-    (complete or killed midway). Exit 1 when any run had failures."""
+           junit: Path | None, known_files: tuple[Path, ...]) -> None:
+    """The answer first (what fails, how often, where, what other threads were doing, known
+    or new), then signatures, HAL-sequence correlation, factor rates and exposures of one or
+    more runs (complete or killed midway). Exit 1 when a run had a failure that is not known."""
     from stress.analysis import html
     from stress.analysis import junit as junit_mod
     from stress.analysis import report as report_mod
     from stress.programs.cache import atomic_write
 
-    r = report_mod.build(list(run_dirs))
+    r = report_mod.build(list(run_dirs), known_files)
     renderers: dict[str, Callable[[report_mod.Report], str]] = {
         "text": report_mod.render_text, "markdown": report_mod.render_markdown,
         "html": html.render, "json": lambda x: json.dumps(x.as_dict(), indent=1)}
@@ -213,7 +219,7 @@ def report(run_dirs: tuple[Path, ...], fmt: str, output: Path | None,
         click.echo(text)
     if junit:
         atomic_write(junit, junit_mod.render(r).encode())
-    sys.exit(EXIT_FAILURES if r.signatures else EXIT_OK)
+    sys.exit(EXIT_FAILURES if r.new_signatures else EXIT_OK)
 
 
 def main() -> None:

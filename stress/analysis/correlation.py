@@ -1,211 +1,267 @@
-"""Which HAL steps and step sequences come before failures more often than in healthy
-operation, and which run factors raise the failure rate.
+"""What was different about the moments things failed: each signature's failure windows against
+healthy windows, compared like with like.
 
-A window is a thread's last steps (`begin:invoke`, `end:upload`, ...) plus what was in flight on
-it and on other threads. Failure windows are taken at the failure; healthy windows are sampled
-from running threads of the same run(s). Features: each step token, each 2-/3-gram, the last
-token, the step in flight on the thread, and each step in flight on another thread. Lift =
-P(feature | failure window) / P(feature | healthy window), both Laplace-smoothed; features are
-ranked by a conservative lift (Wilson lower bound in failures over Wilson upper bound in healthy
-windows) so that a feature seen once in three failures and never in health does not outrank one
-seen in every failure. Only features of a majority of a signature's windows are listed.
-
-Healthy windows are sampled per unit of thread time, failures arrive per invocation; patterns
-spend their time very differently (per-call threads mostly create devices). So the healthy
-frequency of a feature is stratified: each pattern's healthy frequency, weighted by that
-pattern's share of the signature's failure windows. Without it, steady-state invoke loops look
-"over-represented" before any failure of the shared pattern.
+* Aligned at the same step: a failure at step X is looked at from the moment its thread began X
+  (the last `begin:X` of the failing thread); healthy windows are sampled threads that also began
+  X, looked at from that moment. Healthy windows whose thread never began X are not compared.
+* Features implied by the signature key are left out: nothing at or after `begin:X` of the
+  failing thread enters (no `fail:X`, no "in flight: X"); the thread's own features are the steps
+  it did just before X.
+* What the *other* threads of the process were doing at that moment is a feature of its own
+  ("other thread in flight: device-create"), reconstructed from their journal entries up to that
+  moment; a thread whose kept entries start later is left out rather than guessed.
+* Ranked by an exact test that holds up: per feature, the exact conditional (Fisher) test
+  stratified by pattern (healthy windows are sampled per thread-time, failures per occurrence;
+  patterns differ in what other threads do), then Benjamini-Hochberg over the features tested.
+  A feature "stands out" at a 5% false-discovery rate; when none does, the report says so.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from stress.analysis.rundata import RunData
-from stress.analysis.rundata import trials as job_trials
-from stress.analysis.signatures import Signature, failing_slot
-from stress.analysis.stats import rate_per_1k, wilson
-from stress.engine.attribution import window_tokens
+from stress.analysis.signatures import Signature
+from stress.analysis.stats import Alternative, benjamini_hochberg, fisher_exact_stratified
 
-MIN_FAILURE_WINDOWS: int = 5  # fewer: the table is printed, flagged as anecdotal
-MIN_HEALTHY_WINDOWS: int = 30
-MIN_INVOCATIONS_PER_VALUE: int = 1000  # fewer: a factor's rate is flagged as too few data
-STRATUM_PRIOR: float = 20.0  # pseudo-windows of the pooled rate mixed into each pattern's rate
+FDR: float = 0.05  # false-discovery rate of "stands out"
+OWN_STEPS_BEFORE: int = 6  # the failing thread's steps before X taken as features
+MIN_TOTAL: int = 3  # a feature seen fewer times in failure + healthy windows is not tested
+MIN_FAILURE_WINDOWS: int = 5  # fewer: flagged as anecdotal (the test is still exact)
+MIN_HEALTHY_WINDOWS: int = 30  # fewer aligned healthy windows: flagged
 TOP_FEATURES: int = 8
+_BOOKKEEPING: frozenset[str] = frozenset({"job", "inject", "thread-start"})
+_BEGIN, _END, _FAIL = "begin", "end", "fail"
 
 
-def features(tokens: list[str], in_flight: list[str], own_prefix: str | None) -> set[str]:
-    feats = set(tokens)
-    for n in (2, 3):
-        for i in range(len(tokens) - n + 1):
-            feats.add(" > ".join(tokens[i:i + n]))
-    if tokens:
-        feats.add(f"last: {tokens[-1]}")
-    own = [e.split(":", 1)[1] for e in in_flight if own_prefix and e.startswith(own_prefix)]
-    if own:
-        feats.add(f"in flight: {own[-1]}")
-    for e in in_flight:
-        if own_prefix is None or not e.startswith(own_prefix):
-            feats.add(f"other thread in flight: {e.split(':', 1)[1]}")
-    return feats
+# --- windows ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Window:
+    """One aligned moment: the features of a thread that began step X, and its pattern."""
+
+    features: frozenset[str]
+    pattern: str
 
 
-@dataclass
-class Lift:
+def _hal(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in entries if e.get("step") not in _BOOKKEEPING
+            and e.get("phase") in (_BEGIN, _END, _FAIL)]
+
+
+def _in_flight_at(entries: Sequence[dict[str, Any]], t: float) -> list[str] | None:
+    """Steps one thread had begun and not finished at time t; None when its kept entries start
+    after t (its state then is unknown)."""
+    ordered = sorted(entries, key=lambda e: float(e.get("t") or 0))
+    if not ordered or float(ordered[0].get("t") or 0) > t:
+        return None
+    stack: list[str] = []
+    for e in ordered:
+        if float(e.get("t") or 0) > t:
+            break
+        if e.get("step") in _BOOKKEEPING:
+            continue
+        if e["phase"] == _BEGIN:
+            stack.append(e["step"])
+        elif e["phase"] in (_END, _FAIL) and e["step"] in stack:
+            del stack[len(stack) - 1 - stack[::-1].index(e["step"])]
+    return stack
+
+
+def aligned_features(steps: Sequence[dict[str, Any]], step: str) -> frozenset[str] | None:
+    """Features of a window aligned at the failing (or sampled) thread's last `begin:step`;
+    None when that thread never began the step in the window."""
+    own = [e for e in steps if e.get("failing")]
+    own_hal = sorted(_hal(own), key=lambda e: float(e.get("t") or 0))
+    idx = next((i for i in range(len(own_hal) - 1, -1, -1)
+                if own_hal[i]["step"] == step and own_hal[i]["phase"] == _BEGIN), None)
+    if idx is None:
+        return None
+    t = float(own_hal[idx].get("t") or 0)
+    feats: set[str] = set()
+    before = own_hal[max(0, idx - OWN_STEPS_BEFORE):idx]
+    for e in before:
+        feats.add(f"this thread before: {e['phase']}:{e['step']}")
+    if before:
+        feats.add(f"this thread just before: {before[-1]['phase']}:{before[-1]['step']}")
+    others: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for e in steps:
+        if not e.get("failing"):
+            others[e.get("tid") or ("slot", e.get("slot"))].append(e)
+    known = 0
+    busy: set[str] = set()
+    for entries in others.values():
+        flight = _in_flight_at(entries, t)
+        if flight is None:
+            continue
+        known += 1
+        busy.update(flight)
+    for s in busy:
+        feats.add(f"other thread in flight: {s}")
+    if known and not busy:
+        feats.add("other threads: none in flight")
+    return frozenset(feats)
+
+
+def _legacy_healthy(w: dict[str, Any], step: str) -> frozenset[str] | None:
+    """Windows from before m004 (tokens and an in-flight snapshot, no raw entries): the own
+    thread's tokens aligned at `begin:step`; other threads from the snapshot."""
+    tokens = list(w.get("tokens") or [])
+    target = f"begin:{step}"
+    if target not in tokens:
+        return None
+    idx = len(tokens) - 1 - tokens[::-1].index(target)
+    before = tokens[max(0, idx - OWN_STEPS_BEFORE):idx]
+    feats = {f"this thread before: {x}" for x in before}
+    if before:
+        feats.add(f"this thread just before: {before[-1]}")
+    flight = list(w.get("in_flight") or [])
+    own = flight[0].split(":", 1)[0] + ":" if flight else None
+    others = {e.split(":", 1)[1] for e in flight[1:] if ":" in e and not e.startswith(own or "")}
+    feats |= {f"other thread in flight: {s}" for s in others}
+    return frozenset(feats)
+
+
+def healthy_windows(data: RunData, step: str) -> list[Window]:
+    out = []
+    for w in data.windows:
+        if w.get("kind") != "healthy":
+            continue
+        feats = aligned_features(w["steps"], step) if w.get("steps") else \
+            _legacy_healthy(w, step)
+        if feats is not None:
+            out.append(Window(feats, w.get("pattern") or ""))
+    return out
+
+
+def failure_windows(sig: Signature) -> tuple[list[Window], int]:
+    """(aligned windows, rows that could not be aligned)."""
+    step = sig.last_step or ""
+    out, unaligned = [], 0
+    for row in sig.rows:
+        feats = aligned_features(row.get("steps") or [], step)
+        if feats is None:
+            unaligned += 1
+        else:
+            out.append(Window(feats, row.get("pattern") or ""))
+    return out, unaligned
+
+
+# --- tests -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FeatureTest:
     feature: str
     in_failures: int
     failures: int
-    in_healthy: int
+    in_healthy: int  # in healthy windows of the patterns the failures came from
     healthy: int
-    lift: float
-    conservative: float  # Wilson low (failures) / Wilson high (healthy): the ranking key
+    lift: float  # share in failures / share in healthy (0.5-smoothed)
+    p: float  # stratified exact test, one-sided (more frequent in failures)
+    q: float  # Benjamini-Hochberg adjusted
+
+    @property
+    def stands_out(self) -> bool:
+        return self.q < FDR
 
     def as_dict(self) -> dict[str, Any]:
         return {"feature": self.feature, "in_failures": self.in_failures,
                 "failure_windows": self.failures, "in_healthy": self.in_healthy,
                 "healthy_windows": self.healthy, "lift": round(self.lift, 2),
-                "conservative_lift": round(self.conservative, 2)}
+                "p": float(f"{self.p:.3g}"), "q": float(f"{self.q:.3g}"),
+                "stands_out": self.stands_out}
 
 
 @dataclass
 class SignatureCorrelation:
     signature: str
-    lifts: list[Lift]
-    note: str
+    step: str
+    failure_windows: int
+    healthy_windows: int
+    tested: int
+    features: list[FeatureTest] = field(default_factory=list)  # best first, TOP_FEATURES
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def standing_out(self) -> list[FeatureTest]:
+        return [f for f in self.features if f.stands_out]
+
+    @property
+    def note(self) -> str:
+        return "; ".join(self.notes)
+
+    def verdict(self) -> str:
+        out = self.standing_out
+        if out:
+            return "stands out: " + ", ".join(
+                f"{f.feature} ({f.in_failures}/{f.failures} failures vs "
+                f"{f.in_healthy}/{f.healthy} healthy, q={f.q:.2g})" for f in out[:3])
+        return (f"nothing stands out ({self.tested} features tested at begin:{self.step}, "
+                f"none at a {FDR:.0%} false-discovery rate)")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"signature": self.signature, "note": self.note,
-                "features": [x.as_dict() for x in self.lifts]}
+        return {"signature": self.signature, "aligned_at": f"begin:{self.step}",
+                "failure_windows": self.failure_windows,
+                "healthy_windows": self.healthy_windows, "features_tested": self.tested,
+                "verdict": self.verdict(), "note": self.note,
+                "features": [f.as_dict() for f in self.features]}
 
 
-def failure_window(row: dict[str, Any]) -> tuple[list[str], list[str], str | None]:
-    slot = failing_slot(row["steps"])
-    prefix = f"t{slot}:" if slot is not None else None
-    if row["class"] in ("error", "miscompare"):
-        tokens = window_tokens(row["steps"])
-        # the worker's window ends just after the failed step: recover what was in flight
-        flight = [f"tX:{row['last_step']}"] if row["last_step"] else []
-        return tokens, flight, "tX:"
-    return window_tokens(row["steps"]), row["in_flight"], prefix
+def correlate(sig: Signature, data: RunData,
+              healthy: list[Window] | None = None) -> SignatureCorrelation:
+    step = sig.last_step or ""
+    fails, unaligned = failure_windows(sig)
+    healthy = healthy if healthy is not None else healthy_windows(data, step)
+    strata = {w.pattern for w in fails}
+    comparable = [w for w in healthy if w.pattern in strata]
+    res = SignatureCorrelation(sig.id, step, len(fails), len(comparable), 0)
+    if unaligned:
+        res.notes.append(f"{unaligned} failure(s) with no begin:{step} in their window "
+                         f"left out")
+    if len(fails) < MIN_FAILURE_WINDOWS:
+        res.notes.append(f"only {len(fails)} failure window(s): anecdotal")
+    if len(comparable) < MIN_HEALTHY_WINDOWS:
+        res.notes.append(f"only {len(comparable)} healthy window(s) aligned at begin:{step} "
+                         f"in the same patterns")
+    if not fails or not comparable:
+        return res
+    by_f: dict[str, list[Window]] = defaultdict(list)
+    by_h: dict[str, list[Window]] = defaultdict(list)
+    for w in fails:
+        by_f[w.pattern].append(w)
+    for w in comparable:
+        by_h[w.pattern].append(w)
+    in_f: Counter[str] = Counter(x for w in fails for x in w.features)
+    in_h: Counter[str] = Counter(x for w in comparable for x in w.features)
+    cands = sorted(x for x in in_f if in_f[x] + in_h[x] >= MIN_TOTAL)
+    pvals = []
+    for x in cands:
+        tables = []
+        for p in strata:
+            a = sum(x in w.features for w in by_f[p])
+            c = sum(x in w.features for w in by_h[p])
+            tables.append((a, len(by_f[p]) - a, c, len(by_h[p]) - c))
+        pvals.append(fisher_exact_stratified(tables, Alternative.GREATER))
+    qvals = benjamini_hochberg(pvals)
+    f, h = len(fails), len(comparable)
+    tests = [FeatureTest(x, in_f[x], f, in_h[x], h,
+                         ((in_f[x] + 0.5) / (f + 1)) / ((in_h[x] + 0.5) / (h + 1)), p, q)
+             for x, p, q in zip(cands, pvals, qvals, strict=True)]
+    tests.sort(key=lambda t: (t.q, t.p, -t.lift, t.feature))
+    res.tested = len(tests)
+    res.features = tests[:TOP_FEATURES]
+    return res
 
 
-@dataclass
-class Healthy:
-    """Healthy windows' features, all together and per pattern."""
-
-    all: list[set[str]]
-    by_pattern: dict[str, list[set[str]]]
-
-    def __len__(self) -> int:
-        return len(self.all)
-
-
-def healthy_features(data: RunData) -> Healthy:
-    out = Healthy([], defaultdict(list))
-    for w in data.windows:
-        if w["kind"] != "healthy":
-            continue
-        prefix = w["in_flight"][0].split(":", 1)[0] + ":" if w["in_flight"] else None
-        feats = features(w["tokens"], w["in_flight"], prefix)
-        out.all.append(feats)
-        if w.get("pattern"):
-            out.by_pattern[w["pattern"]].append(feats)
-    return out
-
-
-def correlate(sig: Signature, healthy: Healthy | list[set[str]]) -> SignatureCorrelation:
-    if isinstance(healthy, list):
-        healthy = Healthy(healthy, {})
-    windows = []
-    patterns: Counter[str] = Counter()
-    for row in sig.rows:
-        tokens, flight, prefix = failure_window(row)
-        if tokens or flight:
-            windows.append(features(tokens, flight, prefix))
-            patterns[row.get("pattern") or ""] += 1
-    f, h = len(windows), len(healthy)
-    notes = []
-    if f < MIN_FAILURE_WINDOWS:
-        notes.append(f"only {f} failure window(s): anecdotal")
-    if h < MIN_HEALTHY_WINDOWS:
-        notes.append(f"only {h} healthy window(s) to compare with")
-    # strata: each failure pattern's healthy windows, shrunk toward the pooled rate so that a
-    # pattern with few healthy windows borrows strength from all of them
-    pooled = Counter(x for win in healthy.all for x in win)
-    strata = [(n / f, healthy.by_pattern.get(p, [])) for p, n in patterns.items()]
-    counts = [(w, len(pool), Counter(x for win in pool for x in win)) for w, pool in strata]
-    in_fail: Counter[str] = Counter(x for w in windows for x in w)
-    lifts = []
-    for feat, a in in_fail.items():
-        if 2 * a < f:  # features of a minority of the windows do not characterise them
-            continue
-        base = pooled.get(feat, 0) / h if h else 0.0
-        share = sum(w * (c.get(feat, 0) + STRATUM_PRIOR * base) / (n + STRATUM_PRIOR)
-                    for w, n, c in counts) if h else 0.0
-        b = int(round(share * h))
-        lift = ((a + 0.5) / (f + 1)) / ((share * h + 0.5) / (h + 1))
-        conservative = wilson(a, f)[0] / max(wilson(b, h)[1], 1e-9)
-        lifts.append(Lift(feat, a, f, b, h, lift, conservative))
-    lifts.sort(key=lambda x: (-x.conservative, -x.in_failures, x.feature))
-    return SignatureCorrelation(sig.id, lifts[:TOP_FEATURES], "; ".join(notes))
-
-
-@dataclass
-class FactorRate:
-    factor: str
-    value: str
-    failures: int
-    invocations: int
-    rate_per_1k: float
-    ci_low: float
-    ci_high: float
-    note: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"factor": self.factor, "value": self.value, "failures": self.failures,
-                "invocations": self.invocations, "rate_per_1k": round(self.rate_per_1k, 4),
-                "ci_low": round(self.ci_low, 4), "ci_high": round(self.ci_high, 4),
-                "note": self.note}
-
-
-def _size_bucket(program: str) -> str:
-    shape = program.rsplit(".", 1)[-1]
-    n = 1
-    for part in shape.split("+")[0].split("x"):
-        n *= int(part) if part.isdigit() else (64 if part == "N" else 1)
-    return "tiny (<100)" if n < 100 else "small (<64K)" if n < 65536 else \
-        "medium (<1M)" if n < (1 << 20) else "large (>=1M)"
-
-
-def factor_rates(data: RunData) -> list[FactorRate]:
-    """Failure rate per value of: pattern, program kind, dtype, size, concurrency."""
-    conc = {r["run_id"]: f"{r['config']['workers']}x{r['config']['threads']}" for r in data.runs}
-    getters: dict[str, Callable[[dict[str, Any]], str]] = {
-        "pattern": lambda r: r["pattern"] or "?",
-        "kind": lambda r: (r["program"] or "?").split(".")[0],
-        "dtype": lambda r: (r["program"] or "?.?.?").split(".")[2]
-        if (r["program"] or "").count(".") >= 3 else "?",
-        "size": lambda r: _size_bucket(r["program"] or "x.x.x.1"),
-        "concurrency (workers x threads)": lambda r: conc.get(r["run_id"], "?"),
-    }
+def correlate_all(data: RunData, sigs: Sequence[Signature]) -> list[SignatureCorrelation]:
+    cache: dict[str, list[Window]] = {}
     out = []
-    for factor, get in getters.items():
-        fails: Counter[str] = Counter()
-        trials: defaultdict[str, int] = defaultdict(int)
-        for j in data.jobs:
-            v = get(j)
-            fails[v] += int(j["errors"]) + int(j["miscompare"])
-            trials[v] += job_trials(j)
-        for row in data.failures:
-            if row["class"] in ("crash", "hang", "teardown_hang") and row["program"]:
-                v = get(row)
-                fails[v] += 1
-                trials[v] += 1  # the invocation that died never reported itself
-        for v in sorted(trials):
-            rate, lo, hi = rate_per_1k(fails[v], trials[v])
-            note = "too few invocations" if trials[v] < MIN_INVOCATIONS_PER_VALUE else ""
-            out.append(FactorRate(factor, v, fails[v], trials[v], rate, lo, hi, note))
+    for s in sigs:
+        step = s.last_step or ""
+        if step not in cache:
+            cache[step] = healthy_windows(data, step)
+        out.append(correlate(s, data, cache[step]))
     return out

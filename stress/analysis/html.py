@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 
+from stress.analysis import report as rep
 from stress.analysis.report import Report
-from stress.analysis.stats import rate_per_1k
 from stress.engine.invocation import LATENCY_BUCKETS
 
 _W, _H, _PAD = 640, 220, 44
@@ -79,10 +80,10 @@ def _rate_over_time(r: Report) -> str:
 
 
 def _per_pattern(r: Report) -> str:
-    rows = [f for f in r.factors if f.factor == "pattern"]
-    return _bars("Failure rate per pattern (95% Wilson CI)", [f.value for f in rows],
-                 [f.rate_per_1k for f in rows], "per 1,000 invocations",
-                 [(f.ci_low, f.ci_high) for f in rows])
+    rows = [f for f in r.factors.rows if f.factor == "pattern"]
+    return _bars("Failing jobs per pattern (%, 95% CI clustered by process)",
+                 [f.value for f in rows], [100 * f.rate.rate for f in rows], "% of jobs",
+                 [(100 * f.rate.low, 100 * f.rate.high) for f in rows])
 
 
 def _signature_bars(r: Report) -> str:
@@ -106,57 +107,72 @@ _CSS = """body{font:14px system-ui,sans-serif;margin:24px;max-width:1100px;color
 table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:3px 8px;
 text-align:left;vertical-align:top}th{background:#f3f3f3}.bar{fill:#3b6ea5}
 .t{font:bold 13px sans-serif}.s{font:10px sans-serif;fill:#333}.note{color:#a33}
-.plots{display:flex;flex-wrap:wrap;gap:12px}code{background:#f6f6f6;padding:0 3px}"""
+.plots{display:flex;flex-wrap:wrap;gap:12px}code{background:#f6f6f6;padding:0 3px}
+.findings li{margin:8px 0}.findings li.new b{color:#a33}.findings li.known b{color:#376}
+dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:4px 0 0 16px}
+dt{color:#555}dd{margin:0}"""
 
 
-def _table(head: list[str], rows: list[list[str]]) -> str:
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     h = "".join(f"<th>{html.escape(c)}</th>" for c in head)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
                    for row in rows)
     return f"<table><tr>{h}</tr>{body}</table>"
 
 
+def _first_screen(r: Report) -> str:
+    items = []
+    for f in r.findings[:rep.FIRST_SCREEN]:
+        cls = "known" if f.is_known else "new"
+        rows = [("frames", f.frames()), ("how often", f.how_often()), ("where", f.where()),
+                ("other threads", f.others()), ("evidence", f.signature.example or "-")]
+        dl = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in rows)
+        items.append(f'<li class="{cls}"><b>{html.escape(f.status())}</b> '
+                     f"<code>{html.escape(f.signature.id)}</code> {html.escape(f.what())}"
+                     f"<dl>{dl}</dl></li>")
+    more = len(r.signatures) - rep.FIRST_SCREEN
+    tail = f"<p>... and {more} more signature(s) below.</p>" if more > 0 else ""
+    return (f'<section id="answer"><h2>Answer</h2><p>{html.escape(r.headline())}</p>'
+            f'<ul class="findings">{"".join(items)}</ul>{tail}</section>')
+
+
 def render(r: Report) -> str:
     runs = _table(["run", "seed", "status", "invocations", "duration", "crash", "hang",
                    "teardown_hang", "error", "miscompare"],
                   [[s["run_id"], str(s["seed"]), s["status"], f"{s['invocations']:,}",
-                    f"{s['duration_s']:.1f}s", *(str(s["failures"][k]) for k in
+                    f"{s['duration_s']:.1f}s", *(str(s["failures"].get(k, 0)) for k in
                     ("crash", "hang", "teardown_hang", "error", "miscompare"))]
                    for s in r.summaries])
-    sigs = _table(["id", "count", "per 1k [95% CI]", "signature", "patterns", "example"],
-                  [[s.id, str(s.count), f"{s.rate_per_1k:.3f} [{s.ci_low:.3f}, {s.ci_high:.3f}]",
-                    s.describe(), ", ".join(p for p, _ in s.patterns.most_common(4)),
-                    s.example or ""] for s in r.signatures])
+    sigs = _table(rep.SIGNATURE_HEAD, rep.signature_rows(r))
     corr = []
     for c in r.correlations:
         note = f'<p class="note">{html.escape(c.note)}</p>' if c.note else ""
-        corr.append(f"<h3>HAL steps before {html.escape(c.signature)}</h3>{note}" + _table(
-            ["feature", "in failure windows", "in healthy windows", "lift", "lift (95% low)"],
-            [[x.feature, f"{x.in_failures}/{x.failures}", f"{x.in_healthy}/{x.healthy}",
-              f"{x.lift:.1f}", f"{x.conservative:.1f}"] for x in c.lifts]))
-    factors = _table(["factor", "value", "failures", "invocations", "per 1k [95% CI]", "note"],
-                     [[f.factor, f.value, str(f.failures), f"{f.invocations:,}",
-                       f"{f.rate_per_1k:.3f} [{f.ci_low:.3f}, {f.ci_high:.3f}]", f.note]
-                      for f in r.factors])
+        corr.append(f"<h3>HAL steps before {html.escape(c.signature)} (aligned at "
+                    f"begin:{html.escape(c.step)})</h3><p>{html.escape(c.verdict())}</p>{note}"
+                    + _table(rep.CORRELATION_HEAD, rep.correlation_rows(c)))
+    factors = _table(rep.FACTOR_HEAD, rep.factor_rows(r)) + \
+        (f'<p class="note">{html.escape(r.factors.note)}</p>' if r.factors.note else "")
+    exposures = _table(rep.EXPOSURE_HEAD, rep.exposure_rows(r))
+    if r.exit_paths is not None:
+        exposures += f"<h3>Exit paths</h3><p>{html.escape(r.exit_paths.verdict())}</p>" + \
+            _table(rep.EXIT_PATH_HEAD, rep.exit_path_rows(r))
     manifest = r.summaries[0]["manifest"] if r.summaries else {}
     facts = _table(["fact", "value"], [[k, str(manifest.get(k))] for k in (
         "iree_compiler", "iree_runtime", "driver", "device_uri", "loaded_gpu_libraries",
         "host", "kernel", "cpu", "command", "tool_version")])
     plots = "".join([_rate_over_time(r), _per_pattern(r), _signature_bars(r), _latency(r)])
-    total = sum(s["invocations"] for s in r.summaries)
-    overall = rate_per_1k(sum(s.count for s in r.signatures), max(1, total))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>iree-stress report</title>
 <style>{_CSS}</style></head><body>
 <h1>iree-stress report</h1>
-<p>{total:,} invocations; {sum(s.count for s in r.signatures):,} failures
-({overall[0]:.3f} per 1,000, 95% CI [{overall[1]:.3f}, {overall[2]:.3f}]) in
-{len(r.signatures)} signature(s); {r.healthy_windows} healthy journal windows sampled.</p>
+{_first_screen(r)}
+<p>{r.healthy_windows} healthy journal windows sampled.</p>
 <h2>Runs</h2>{runs}
 <h2>Plots</h2><div class="plots">{plots}</div>
 <h2>Signatures</h2>{sigs}
 <h2>Correlation with HAL call sequences</h2>{"".join(corr) or "<p>No failures.</p>"}
-<h2>Failure rate by factor</h2>{factors}
+<h2>Failing jobs by factor</h2>{factors}
+<h2>Exposures</h2>{exposures}
 <h2>Environment</h2>{facts}
 </body></html>
 """

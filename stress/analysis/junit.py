@@ -10,6 +10,7 @@ from collections import defaultdict
 from typing import Any
 
 from stress.analysis.report import Report
+from stress.analysis.signatures import message_key
 
 _ERROR_CLASSES = {"crash", "hang", "teardown_hang", "error"}  # <error>; miscompare: <failure>
 
@@ -24,17 +25,18 @@ def render(r: Report) -> str:
     for s in r.signatures:
         per_case: dict[tuple[str, str], int] = defaultdict(int)
         for row in s.rows:
-            if row["program"] and row["pattern"]:
+            if row.get("program") and row.get("pattern"):
                 per_case[(row["program"], row["pattern"])] += 1
-        if s.cls in ("error", "miscompare"):  # exact counts per program x pattern
+        if s.cls in ("error", "miscompare") and r.data.counts:  # exact counts per case
             per_case = defaultdict(int)
             for cnt in r.data.counts:
-                cls, step, _msg = cnt["key"].split("|", 2)
-                if cls == s.cls and step == (s.last_step or ""):
+                cls, step, msg = (cnt["key"].split("|", 2) + ["", ""])[:3]
+                if cls == s.cls and step == (s.last_step or "") and \
+                        message_key(msg) == s.key.message:
                     per_case[(cnt["program"], cnt["pattern"])] += int(cnt["count"])
         for key, n in per_case.items():
-            example = next((row["artifacts"] for row in s.rows if row["program"] == key[0]
-                            and row["pattern"] == key[1] and row["artifacts"]), None)
+            example = next((row["artifacts"] for row in s.rows if row.get("program") == key[0]
+                            and row.get("pattern") == key[1] and row.get("artifacts")), None)
             cases[key]["problems"].append((s, n, example))
     root = ET.Element("testsuites", name="iree-stress")
     suite = ET.SubElement(root, "testsuite", name="iree-stress soak",
@@ -51,10 +53,13 @@ def render(r: Report) -> str:
                 errors += 1
             else:
                 failures += 1
+            status = f"known ({s.known.note})" if s.known else "new"
             el = ET.SubElement(case, tag, type=s.cls,
-                               message=f"{s.id}: {n} x {s.describe()}"[:1000])
-            el.text = (f"signature {s.id}: {s.describe()}\noccurrences here: {n} in "
-                       f"{c['invocations']} invocations\nevidence: {example or s.example or '-'}\n")
+                               message=f"{s.id} [{status}]: {n} x {s.describe()}"[:1000])
+            rate = f"\nrate: {s.rate.describe()}" if s.rate else ""
+            el.text = (f"signature {s.id} ({status}): {s.describe()}\noccurrences here: {n} in "
+                       f"{c['invocations']} invocations{rate}\n"
+                       f"evidence: {example or s.example or '-'}\n")
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))

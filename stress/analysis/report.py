@@ -1,5 +1,8 @@
-"""`iree-stress report`: one or more run folders -> signatures, correlation, factor rates, and
-their renderings (text, markdown, json; html in html.py; JUnit in junit.py)."""
+"""`iree-stress report`: one or more run folders -> the answer first (what fails, how often,
+where, what the other threads were doing, known or new), then the evidence behind it
+(signatures, correlation, factor rates, exposures, exit paths), rendered as text, markdown and
+JSON here, HTML in html.py, JUnit in junit.py. Every rendering carries the same first screen.
+"""
 
 from __future__ import annotations
 
@@ -8,100 +11,308 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stress.analysis import correlation, rundata, signatures
+from stress.analysis import correlation, exposure, factors, known, rundata, signatures
+from stress.analysis.signatures import Signature
+from stress.analysis.stats import Rate, fmt_rate
 from stress.analysis.text import summary_table
 from stress.store import summary as summary_mod
 
-CORRELATED_SIGNATURES: int = 5  # signatures that get a correlation table
+CORRELATED_SIGNATURES: int = 8  # signatures that get a correlation table
+FIRST_SCREEN: int = 6  # findings on the first screen; the rest are in the tables below
+FRAMES_SHOWN: int = 3
+
+
+@dataclass
+class Finding:
+    """One line of the answer: a signature as a user reads it."""
+
+    signature: Signature
+    correlation: correlation.SignatureCorrelation | None
+
+    @property
+    def is_known(self) -> bool:
+        return self.signature.known is not None
+
+    def what(self) -> str:
+        k = self.signature.key
+        sig = f" {k.signal}" if k.signal else ""
+        state = f" ({k.state})" if k.state else ""
+        return f"{k.cls}{sig}{state} at {k.step or '?'}"
+
+    def frames(self) -> str:
+        s = self.signature
+        shown = list(s.display[:FRAMES_SHOWN]) or list(s.frames)
+        src = s.stack_sources.most_common(1)[0][0] if s.stack_sources else ""
+        if not shown:
+            if s.cls in ("error", "miscompare"):
+                return s.key.message or "-"
+            return f"no native frames (stack source: {src or 'none'})"
+        return " < ".join(shown) + (f"   [{src}]" if src and src != "none" else "")
+
+    def how_often(self) -> str:
+        s = self.signature
+        r = s.rate
+        extra = f"; {s.count:,} occurrences" if s.count != (r.failures if r else 0) else ""
+        return (r.describe() if r else f"{s.count} occurrences") + extra
+
+    def where(self) -> str:
+        s = self.signature
+        total = max(1, sum(s.patterns.values()))
+        pats = ", ".join(f"{p} {100 * n / total:.0f}%" for p, n in s.patterns.most_common(4))
+        conc = ", ".join(c for c, _ in s.concurrency.most_common(3))
+        return f"{pats or '?'}; workers x threads {conc or '?'}"
+
+    def others(self) -> str:
+        return self.correlation.verdict() if self.correlation else "not correlated"
+
+    def status(self) -> str:
+        k = self.signature.known
+        if k is None:
+            return "NEW"
+        return "KNOWN: " + k.note + (f" ({k.link})" if k.link else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        s = self.signature
+        return {"id": s.id, "status": "known" if self.is_known else "new",
+                "known": s.known.as_dict() if s.known else None, "what": self.what(),
+                "frames": self.frames(), "how_often": self.how_often(),
+                "rate": s.rate.as_dict() if s.rate else None, "where": self.where(),
+                "other_threads": self.others(), "evidence": s.example}
 
 
 @dataclass
 class Report:
     data: rundata.RunData
     summaries: list[dict[str, Any]]
-    signatures: list[signatures.Signature]
+    signatures: list[Signature]
     correlations: list[correlation.SignatureCorrelation]
-    factors: list[correlation.FactorRate]
-    healthy_windows: int
+    factors: factors.FactorTable
+    exposures: list[exposure.ExposureCounts]
+    exit_paths: exposure.ExitPathAblation | None
+    overall: Rate  # jobs hit by any failure, per job
+    known_file: str | None = None
+
+    @property
+    def findings(self) -> list[Finding]:
+        by_id = {c.signature: c for c in self.correlations}
+        return [Finding(s, by_id.get(s.id)) for s in self.signatures]
+
+    @property
+    def new_signatures(self) -> list[Signature]:
+        return [s for s in self.signatures if s.known is None]
+
+    @property
+    def known_signatures(self) -> list[Signature]:
+        return [s for s in self.signatures if s.known is not None]
+
+    def headline(self) -> str:
+        jobs = self.overall.units
+        inv = self.data.invocations
+        runs = len(self.summaries)
+        if not self.signatures:
+            return (f"No failures in {jobs:,} jobs ({inv:,} invocations, {runs} run(s)); "
+                    f"failing jobs at most {fmt_rate(self.overall.high)} "
+                    f"({self.overall.confidence:.0%} upper bound).")
+        return (f"{len(self.signatures)} failure mode(s): {len(self.new_signatures)} new, "
+                f"{len(self.known_signatures)} known, in {jobs:,} jobs ({inv:,} invocations, "
+                f"{runs} run(s)). Jobs failing: {fmt_rate(self.overall.rate)} "
+                f"[{fmt_rate(self.overall.low)}, {fmt_rate(self.overall.high)}] "
+                f"({self.overall.confidence:.0%}, clustered by worker process).")
 
     def as_dict(self) -> dict[str, Any]:
         fails: dict[str, int] = {}
         for s in self.summaries:
             for k, v in s["failures"].items():
                 fails[k] = fails.get(k, 0) + v
-        return {"runs": [{k: v for k, v in s.items() if k != "manifest"}
+        return {"headline": self.headline(),
+                "first_screen": [f.as_dict() for f in self.findings[:FIRST_SCREEN]],
+                "runs": [{k: v for k, v in s.items() if k != "manifest"}
                          for s in self.summaries],
-                "invocations": self.data.invocations, "failures": fails,
+                "invocations": self.data.invocations, "jobs": self.overall.units,
+                "failures": fails, "failing_jobs": self.overall.as_dict(),
+                "known_file": self.known_file,
+                "new_signatures": [s.id for s in self.new_signatures],
+                "known_signatures": [s.id for s in self.known_signatures],
                 "signatures": [s.as_dict() for s in self.signatures],
                 "correlation": [c.as_dict() for c in self.correlations],
-                "factors": [f.as_dict() for f in self.factors],
+                "factors": self.factors.as_dict(),
+                "exposures": [e.as_dict() for e in self.exposures],
+                "exit_paths": self.exit_paths.as_dict() if self.exit_paths else None,
                 "healthy_windows": self.healthy_windows}
 
+    @property
+    def healthy_windows(self) -> int:
+        return sum(1 for w in self.data.windows if w.get("kind") == "healthy")
 
-def build(dirs: list[Path]) -> Report:
+
+def build(dirs: list[Path], known_paths: Sequence[Path] = ()) -> Report:
+    """The report of one or more run folders; `known_paths`: known-failure files
+    (known.py) whose signatures are shown apart from new ones. Bad files raise UsageError."""
+    kf = known.load_all(known_paths) if known_paths else known.EMPTY
     data = rundata.load(dirs)
     summaries = [summary_mod.build(d) for d in dirs]
     sigs = signatures.build(data)
-    healthy = correlation.healthy_features(data)
-    corr = [correlation.correlate(s, healthy) for s in sigs[:CORRELATED_SIGNATURES]]
-    return Report(data, summaries, sigs, corr, correlation.factor_rates(data), len(healthy))
+    for s in sigs:
+        s.known = kf.lookup(s.id, s.key.text())
+    corr = correlation.correlate_all(data, sigs[:CORRELATED_SIGNATURES])
+    any_failed = set().union(*(s.jobs for s in sigs)) if sigs else set()
+    overall = exposure.job_rate(data, any_failed)
+    return Report(data, summaries, sigs, corr, factors.factor_rates(data, sigs),
+                  exposure.exposure_counts(data), exposure.exit_paths(data), overall,
+                  ", ".join(str(p) for p in known_paths) or None)
 
 
 def signature_summaries(run_dir: Path, top: int = 10) -> list[dict[str, Any]]:
-    """The `signatures` list of a run's summary.json."""
+    """The `signatures` list of a run's summary.json, most frequent first. Keys: id, key
+    (the normalised key text), class, signal, last_step, thread_state (busy | blocked | null),
+    frames (key frames), count (occurrences), exposure (job | process exit | full teardown),
+    rate_per_exposure, ci_low, ci_high (95%, clustered by process), patterns (names, most
+    frequent first), example (evidence folder or message), description."""
     data = rundata.load([run_dir])
-    keys = ("id", "class", "count", "rate_per_1k", "ci_low", "ci_high", "last_step",
-            "patterns", "example")
-    return [{k: s.as_dict()[k] for k in keys} for s in signatures.build(data)[:top]]
+    keys = ("id", "key", "class", "signal", "last_step", "thread_state", "frames", "count",
+            "exposure", "rate_per_exposure", "ci_low", "ci_high", "example", "description")
+    out = []
+    for s in signatures.build(data)[:top]:
+        d = s.as_dict()
+        out.append({**{k: d[k] for k in keys}, "patterns": list(d["patterns"])})
+    return out
+
+
+# --- text and markdown -----------------------------------------------------------------------
+
+def first_screen(r: Report, markdown: bool) -> str:
+    lines = ["## Answer" if markdown else "ANSWER", "", r.headline(), ""]
+    for f in r.findings[:FIRST_SCREEN]:
+        rows = [("what", f.what()), ("frames", f.frames()), ("how often", f.how_often()),
+                ("where", f.where()), ("other threads", f.others()),
+                ("evidence", f.signature.example or "-")]
+        if markdown:
+            lines.append(f"* **{f.status()}** `{f.signature.id}` {f.what()}")
+            lines += [f"  * {k}: {v}" for k, v in rows[1:]]
+        else:
+            lines.append(f"{f.status():<5}  {f.signature.id}  {f.what()}")
+            lines += [f"       {k:<13} {v}" for k, v in rows[1:]]
+        lines.append("")
+    more = len(r.signatures) - FIRST_SCREEN
+    if more > 0:
+        lines.append(f"... and {more} more signature(s) in the table below.")
+    return "\n".join(lines).rstrip()
 
 
 def render_text(r: Report) -> str:
-    out = [summary_table(s) for s in r.summaries]
+    out = [first_screen(r, markdown=False)]
+    out += [summary_table(s) for s in r.summaries]
     out.append(_signature_lines(r, markdown=False))
     out.append(_correlation_lines(r, markdown=False))
     out.append(_factor_lines(r, markdown=False))
+    out.append(_exposure_lines(r, markdown=False))
     return "\n\n".join(x for x in out if x)
 
 
 def render_markdown(r: Report) -> str:
-    out = ["# iree-stress report", ""]
+    out = ["# iree-stress report", "", first_screen(r, markdown=True), ""]
     for s in r.summaries:
         out.append(f"## Run `{s['run_id']}` (seed {s['seed']}, {s['status']})")
         out.append(f"{s['invocations']:,} invocations in {s['duration_s']:.1f} s; failures: "
                    + ", ".join(f"{k} {v}" for k, v in s["failures"].items()))
         out.append("")
     out += [_signature_lines(r, markdown=True), "", _correlation_lines(r, markdown=True), "",
-            _factor_lines(r, markdown=True)]
-    return "\n".join(out) + "\n"
+            _factor_lines(r, markdown=True), "", _exposure_lines(r, markdown=True)]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def signature_rows(r: Report) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for s in r.signatures:
+        rate = s.rate
+        rows.append((s.id, "known" if s.known else "new", str(s.count),
+                     f"{rate.failures}/{rate.units} {rate.unit}s" if rate else "-",
+                     fmt_rate(rate.rate) if rate else "-",
+                     f"[{fmt_rate(rate.low)}, {fmt_rate(rate.high)}]" if rate else "-",
+                     s.describe(), ", ".join(p for p, _ in s.patterns.most_common(4)),
+                     s.example or ""))
+    return rows
+
+
+SIGNATURE_HEAD: tuple[str, ...] = ("id", "status", "count", "hit", "rate", "95% CI",
+                                   "signature", "patterns", "example")
 
 
 def _signature_lines(r: Report, markdown: bool) -> str:
     if not r.signatures:
         return "No failure signatures." if markdown else "  no failure signatures"
-    rows = [(s.id, str(s.count), f"{s.rate_per_1k:.3f}", f"[{s.ci_low:.3f}, {s.ci_high:.3f}]",
-             s.describe(), ", ".join(p for p, _ in s.patterns.most_common(4)),
-             s.example or "") for s in r.signatures]
-    head = ("id", "count", "per 1k", "95% CI", "signature", "patterns", "example")
-    return _table("Failure signatures", head, rows, markdown)
+    return _table("Failure signatures (rate per exposure, 95% CI clustered by process)",
+                  SIGNATURE_HEAD, signature_rows(r), markdown)
+
+
+def correlation_rows(c: correlation.SignatureCorrelation) -> list[tuple[str, ...]]:
+    return [(x.feature, f"{x.in_failures}/{x.failures}", f"{x.in_healthy}/{x.healthy}",
+             f"{x.lift:.1f}", f"{x.p:.2g}", f"{x.q:.2g}", "yes" if x.stands_out else "")
+            for x in c.features]
+
+
+CORRELATION_HEAD: tuple[str, ...] = ("feature", "in failures", "in healthy", "lift", "p", "q",
+                                     "stands out")
 
 
 def _correlation_lines(r: Report, markdown: bool) -> str:
     parts = []
     for c in r.correlations:
-        rows = [(x.feature, f"{x.in_failures}/{x.failures}", f"{x.in_healthy}/{x.healthy}",
-                 f"{x.lift:.1f}", f"{x.conservative:.1f}") for x in c.lifts]
-        title = f"HAL steps before {c.signature}" + (f" ({c.note})" if c.note else "")
-        parts.append(_table(title, ("feature", "in failures", "in healthy", "lift",
-                                    "lift (95% low)"), rows, markdown))
+        title = f"HAL steps before {c.signature} (aligned at begin:{c.step}): {c.verdict()}" \
+            + (f" [{c.note}]" if c.note else "")
+        parts.append(_table(title, CORRELATION_HEAD, correlation_rows(c), markdown))
     return "\n\n".join(parts)
 
 
+def factor_rows(r: Report) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for f in r.factors.rows:
+        a = f.adjusted
+        out.append((f.factor, f.value, f"{f.rate.failures}/{f.rate.units}", fmt_rate(f.rate.rate),
+                    f"[{fmt_rate(f.rate.low)}, {fmt_rate(f.rate.high)}]",
+                    f"{fmt_rate(a.rate)} [{fmt_rate(a.low)}, {fmt_rate(a.high)}]" if a else "",
+                    f"{f.q:.2g}", "yes" if f.stands_out else "", f.note))
+    return out
+
+
+FACTOR_HEAD: tuple[str, ...] = ("factor", "value", "failed jobs", "rate", "95% CI",
+                                "pattern-adjusted", "q", "stands out", "note")
+
+
 def _factor_lines(r: Report, markdown: bool) -> str:
-    rows = [(f.factor, f.value, str(f.failures), f"{f.invocations:,}", f"{f.rate_per_1k:.3f}",
-             f"[{f.ci_low:.3f}, {f.ci_high:.3f}]", f.note) for f in r.factors]
-    return _table("Failure rate by factor (per 1,000 invocations, Wilson 95% CI)",
-                  ("factor", "value", "failures", "invocations", "rate", "95% CI", "note"),
-                  rows, markdown)
+    t = _table("Failing jobs by factor (per job, clustered by process)", FACTOR_HEAD,
+               factor_rows(r), markdown)
+    return t + ("\n\n" if markdown else "\n  ") + r.factors.note if r.factors.note else t
+
+
+def exposure_rows(r: Report) -> list[tuple[str, ...]]:
+    return [(e.pattern, f"{e.jobs:,}", f"{e.process_exits:,}",
+             ", ".join(f"{k} {v}" for k, v in sorted(e.exits_by_outcome.items())),
+             f"{e.full_teardowns:,}", f"{e.handle_releases:,}") for e in r.exposures]
+
+
+EXPOSURE_HEAD: tuple[str, ...] = ("pattern", "jobs", "process exits", "exits by outcome",
+                                  "full teardowns", "handle releases")
+
+
+def exit_path_rows(r: Report) -> list[tuple[str, ...]]:
+    if r.exit_paths is None:
+        return []
+    return [(x.exit_path + (" (control)" if x.control else ""), f"{x.rate.units:,}",
+             str(x.rate.failures), fmt_rate(x.rate.rate),
+             f"[{fmt_rate(x.rate.low)}, {fmt_rate(x.rate.high)}]") for x in r.exit_paths.rows]
+
+
+EXIT_PATH_HEAD: tuple[str, ...] = ("exit path", "exits", "teardown failures", "per exit",
+                                   "95% CI")
+
+
+def _exposure_lines(r: Report, markdown: bool) -> str:
+    parts = [_table("Exposures", EXPOSURE_HEAD, exposure_rows(r), markdown)]
+    if r.exit_paths is not None:
+        parts.append(_table(f"Exit paths: {r.exit_paths.verdict()}", EXIT_PATH_HEAD,
+                            exit_path_rows(r), markdown))
+    return "\n\n".join(parts)
 
 
 def _table(title: str, head: tuple[str, ...], rows: Sequence[tuple[str, ...]],

@@ -20,6 +20,7 @@ class RunData:
     failures: list[dict[str, Any]] = field(default_factory=list)
     counts: list[dict[str, Any]] = field(default_factory=list)
     windows: list[dict[str, Any]] = field(default_factory=list)
+    workers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def invocations(self) -> int:
@@ -34,6 +35,24 @@ class RunData:
 
 def trials(job: dict[str, Any]) -> int:
     return max(int(job["invocations"]), int(job["errors"]) + int(job["miscompare"]))
+
+
+def _json(text: Any, default: Any) -> Any:
+    """A JSON column; missing (an older store), NULL or unreadable gives `default`."""
+    if text is None or text == "":
+        return default
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return default
+
+
+# Columns added by m004 (and later): older stores lack them; rows get these defaults.
+_FAILURE_DEFAULTS: dict[str, Any] = {"native_tid": None, "exposure": None}
+_JOB_DEFAULTS: dict[str, Any] = {"pid": None, "full_teardowns": 0, "handle_releases": 0,
+                                 "exit_path": None}
+_WORKER_DEFAULTS: dict[str, Any] = {"pattern": None, "outcome": None, "exit_path": None,
+                                    "device_used": None}
 
 
 def _rows(db: sqlite3.Connection, sql: str) -> list[dict[str, Any]]:
@@ -56,16 +75,20 @@ def load(dirs: list[Path]) -> RunData:
                 r["config"] = json.loads(r["config"])
                 r["dir"] = str(d)
                 data.runs.append(r)
-            data.jobs += _rows(db, "SELECT * FROM jobs")
+            data.jobs += [{**_JOB_DEFAULTS, **j} for j in _rows(db, "SELECT * FROM jobs")]
             for f in _rows(db, "SELECT * FROM failures ORDER BY id"):
-                f["in_flight"] = json.loads(f["in_flight"])
-                f["steps"] = json.loads(f["steps"])
+                f = {**_FAILURE_DEFAULTS, **f}
+                f["in_flight"] = _json(f["in_flight"], [])
+                f["steps"] = _json(f["steps"], [])
+                f["evidence"] = _json(f.get("evidence"), {})
                 data.failures.append(f)
             data.counts += _rows(db, "SELECT * FROM failure_counts")
             for w in _rows(db, "SELECT * FROM windows"):
-                w["tokens"] = json.loads(w["tokens"])
-                w["in_flight"] = json.loads(w["in_flight"])
+                w["tokens"] = _json(w["tokens"], [])
+                w["in_flight"] = _json(w["in_flight"], [])
+                w["steps"] = _json(w.get("steps"), [])
                 data.windows.append(w)
+            data.workers += [{**_WORKER_DEFAULTS, **w} for w in _rows(db, "SELECT * FROM workers")]
         finally:
             db.close()
     return data

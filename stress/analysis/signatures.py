@@ -1,13 +1,22 @@
-"""Failure signatures: failures grouped by (class, signal, last step, top native frames when
-stacks exist; for errors and miscompares, the message shape).
+"""Failure signatures, the way crash reporters build them (Socorro's signature generation,
+Sentry's grouping by meaningful frames): one failure mode = one signature, across workers,
+threads, runs and driver versions.
 
-What other threads had in flight is *not* part of the key: a fault local to one thread would
-otherwise split into one signature per accidental concurrency state. It is kept per signature
-as a distribution, and the correlation tables rank it ("other thread in flight: invoke") against
-healthy windows, which is where a real cross-thread race shows up."""
+Key = class, signal (crashes), step, busy/blocked (hangs), and the failing thread's first
+meaningful frames: the thread is the one that failed (the crashing thread of a core file or
+faulthandler dump, else the journal's failing thread by native tid); frames in
+siglists/irrelevant.txt are skipped (libc wait and syscall wrappers, ffi trampolines, the
+interpreter loop, our Python harness), everything above a signal handler frame
+(siglists/signal_handler.txt) is dropped, frames in siglists/prefix.txt do not count toward
+the TOP_FRAMES taken. Frames enter the key without addresses, lines or library versions. Errors
+and miscompares have no stacks: their key is class, step and the message with numbers blanked.
+The id is a hash of the key's text. What other threads were doing is not in the key (it would
+split one mode by accidental concurrency); correlation.py ranks it.
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -16,56 +25,269 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stress.analysis import exposure as exp
+from stress.analysis.known import KnownFailure
 from stress.analysis.rundata import RunData
-from stress.analysis.stats import rate_per_1k
-from stress.engine.invocation import message_key
+from stress.analysis.stacks import Frame, StackDump, StackTool, read_folder
+from stress.analysis.stats import Rate
 
-TOP_FRAMES: int = 3
-_PYSPY_THREAD = re.compile(r"^Thread (\d+) ")
-_FAULTHANDLER_FRAME = re.compile(r'File "([^"]+)", line \d+ in (\S+)')
+SIGLISTS: Path = Path(__file__).with_name("siglists")
+TOP_FRAMES: int = 3  # meaningful frames in a key: Socorro's signatures average 2-4 frames
+DISPLAY_FRAMES: int = 8  # meaningful frames shown in reports (with their modules)
+_NON_STACK_CLASSES: frozenset[str] = frozenset({"error", "miscompare"})
+_HANG_CLASSES: frozenset[str] = frozenset({"hang", "teardown_hang"})
+_THREAD_STATES: frozenset[str] = frozenset({"busy", "blocked"})
 
+
+# --- rules -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rules:
+    """The siglists, compiled. Users extend them by editing the text files."""
+
+    irrelevant: tuple[re.Pattern[str], ...]
+    prefix: tuple[re.Pattern[str], ...]
+    signal_handler: tuple[re.Pattern[str], ...]
+
+    @staticmethod
+    def _load(path: Path) -> tuple[re.Pattern[str], ...]:
+        out = []
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            try:
+                out.append(re.compile(line))
+            except re.error as exc:
+                raise ValueError(f"{path}:{n}: bad regular expression {line!r}: {exc}") from exc
+        return tuple(out)
+
+    @classmethod
+    def load(cls, folder: Path = SIGLISTS) -> Rules:
+        return cls(cls._load(folder / "irrelevant.txt"), cls._load(folder / "prefix.txt"),
+                   cls._load(folder / "signal_handler.txt"))
+
+
+@functools.lru_cache(maxsize=4)
+def rules(folder: Path = SIGLISTS) -> Rules:
+    return Rules.load(folder)
+
+
+def _matches(pats: tuple[re.Pattern[str], ...], text: str) -> bool:
+    return any(p.match(text) for p in pats)
+
+
+def meaningful(frames: list[Frame], r: Rules | None = None, crashed: bool = False) -> list[Frame]:
+    """Frames (innermost first) minus irrelevant ones; for a crashed thread, only those below
+    the last signal handler frame. Consecutive repeats (unnamed frames of one library)
+    collapse into one."""
+    r = r or rules()
+    if crashed or any(_matches(r.signal_handler, f.text()) for f in frames):
+        cut = [i for i, f in enumerate(frames) if _matches(r.signal_handler, f.text())]
+        if cut:
+            frames = frames[cut[-1] + 1:]
+    out: list[Frame] = []
+    for f in frames:
+        if _matches(r.irrelevant, f.text()):
+            continue
+        if out and out[-1].key() == f.key():
+            continue
+        out.append(f)
+    return out
+
+
+def key_frames(frames: list[Frame], r: Rules | None = None) -> tuple[str, ...]:
+    """The first TOP_FRAMES meaningful frames' keys (prefix frames ride along uncounted)."""
+    r = r or rules()
+    out: list[str] = []
+    counted = 0
+    for f in frames:
+        out.append(f.key())
+        if not _matches(r.prefix, f.text()):
+            counted += 1
+        if counted == TOP_FRAMES:
+            break
+    return tuple(out)
+
+
+# --- the failing thread's stack --------------------------------------------------------------
+
+@dataclass
+class StackEvidence:
+    frames: tuple[str, ...] = ()  # key frames
+    display: tuple[str, ...] = ()  # meaningful frames with modules, for reports
+    source: str = "none"  # which tool the frames came from
+    thread_name: str = ""
+
+
+def _folder_meta(folder: str | None) -> dict[str, Any]:
+    if not folder:
+        return {}
+    try:
+        meta = json.loads((Path(folder) / "failure.json").read_text())
+        return meta if isinstance(meta, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(v) if v not in (None, "", 0, "0") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> StackEvidence:
+    """The failing thread's frames for one failure row (module doc)."""
+    if row["class"] in _NON_STACK_CLASSES:
+        return StackEvidence()
+    ev = row.get("evidence") or {}
+    meta = _folder_meta(row.get("artifacts"))
+    tid = _int(row.get("native_tid")) or _int(meta.get("native_tid"))
+    crashed_tid = _int(ev.get("crashed_tid"))
+    dumps = dumps if dumps is not None else read_folder(row.get("artifacts"))
+    for dump in dumps:
+        th = dump.failing(tid, crashed_tid)
+        if th is None or not th.frames:
+            continue
+        crashed = row["class"] == "crash" and dump.tool in (StackTool.GDB_CORE,
+                                                            StackTool.FAULTHANDLER)
+        good = meaningful(th.frames, crashed=crashed)
+        if not good and dump.tool is not StackTool.FAULTHANDLER:
+            continue
+        return StackEvidence(key_frames(good), tuple(f.display() for f in good[:DISPLAY_FRAMES]),
+                             dump.tool.describe(), th.name)
+    return StackEvidence(source=str(ev.get("stack_source") or "none"))
+
+
+def thread_state(row: dict[str, Any]) -> str:
+    """busy | blocked for hangs (issue 17 item 5: the failing thread's CPU use across the
+    evidence window), else "". Read from the row's evidence (`threads` {tid: {state}}, or
+    `busy_tids` / `blocked_tids`), else from failure.json."""
+    if row["class"] not in _HANG_CLASSES:
+        return ""
+    meta = _folder_meta(row.get("artifacts"))
+    tid = _int(row.get("native_tid")) or _int(meta.get("native_tid"))
+    if tid is None:
+        return ""
+    for ev in (row.get("evidence") or {}, meta):
+        threads = ev.get("threads")
+        info = threads.get(str(tid)) if isinstance(threads, dict) else None
+        state = info.get("state") or info.get("activity") if isinstance(info, dict) else None
+        if isinstance(state, str) and state.lower() in _THREAD_STATES:
+            return state.lower()
+        for name in ("busy", "blocked"):
+            tids = ev.get(f"{name}_tids")
+            if isinstance(tids, list) and tid in tids:
+                return name
+    return ""
+
+
+# --- keys ------------------------------------------------------------------------------------
+
+_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+(\.\d+)?(e-?\d+)?")
+MESSAGE_KEY_CHARS: int = 120  # as the engine's failure_counts keys, so both sides join
+
+
+def message_key(message: str) -> str:
+    """A message's first line with numbers and addresses blanked (idempotent: applied to an
+    already blanked key it returns it unchanged, so old and new stores join)."""
+    head = message.strip().splitlines()[0] if message.strip() else ""
+    return _NUMBERS.sub("#", head)[:MESSAGE_KEY_CHARS]
+
+
+@dataclass(frozen=True)
+class SignatureKey:
+    cls: str
+    signal: str | None
+    step: str | None
+    state: str  # busy | blocked | "" (hangs only)
+    frames: tuple[str, ...]
+    message: str
+
+    def text(self) -> str:
+        """`class|signal|step|state|frame < frame < frame|message`: what ids hash and known
+        failure patterns match."""
+        return "|".join([self.cls, self.signal or "", self.step or "", self.state,
+                         " < ".join(self.frames), self.message])
+
+    @property
+    def id(self) -> str:
+        return "S" + hashlib.sha1(self.text().encode()).hexdigest()[:8]
+
+
+# --- signatures ------------------------------------------------------------------------------
 
 @dataclass
 class Signature:
-    id: str
-    cls: str
-    signal: str | None
-    last_step: str | None
-    frames: tuple[str, ...]
-    message: str
-    count: int = 0
-    rate_per_1k: float = 0.0
-    ci_low: float = 0.0
-    ci_high: float = 0.0
+    key: SignatureKey
+    count: int = 0  # occurrences (errors: exact counts from the workers)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    jobs: set[exp.JobKey] = field(default_factory=set)  # jobs it hit
+    procs: set[exp.ProcKey] = field(default_factory=set)  # processes it hit
+    exposure: exp.Exposure = exp.Exposure.JOB
+    rate: Rate | None = None
+    display: tuple[str, ...] = ()
+    stack_sources: Counter[str] = field(default_factory=Counter)
     patterns: Counter[str] = field(default_factory=Counter)
     programs: Counter[str] = field(default_factory=Counter)
+    concurrency: Counter[str] = field(default_factory=Counter)  # workers x threads
+    others: Counter[str] = field(default_factory=Counter)  # steps other threads had in flight
     first_seen: float | None = None
     last_seen: float | None = None
     example: str | None = None
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    others: Counter[str] = field(default_factory=Counter)  # steps other threads had in flight
+    known: KnownFailure | None = None  # matched by the report against --known files
+
+    @property
+    def id(self) -> str:
+        return self.key.id
+
+    @property
+    def cls(self) -> str:
+        return self.key.cls
+
+    @property
+    def last_step(self) -> str | None:
+        return self.key.step
+
+    @property
+    def frames(self) -> tuple[str, ...]:
+        return self.key.frames
 
     def describe(self) -> str:
-        sig = f" {self.signal}" if self.signal else ""
-        frames = f"; top frames {' < '.join(self.frames)}" if self.frames else ""
-        msg = f"; {self.message}" if self.message else ""
-        return f"{self.cls}{sig} in {self.last_step or '?'}{frames}{msg}"
+        k = self.key
+        sig = f" {k.signal}" if k.signal else ""
+        state = f" ({k.state})" if k.state else ""
+        where = f" in {' < '.join(k.frames)}" if k.frames else ""
+        msg = f": {k.message}" if k.message else ""
+        return f"{k.cls}{sig}{state} at {k.step or '?'}{where}{msg}"
 
     def others_share(self) -> dict[str, float]:
-        """Fraction of this signature's failures during which another thread had each step
-        in flight."""
-        n = max(1, len([r for r in self.rows if r["class"] not in ("error", "miscompare")]))
+        """Share of this signature's failure rows during which another thread had each step
+        in flight (raw, not compared with health: correlation.py does that)."""
+        n = max(1, len(self.rows))
         return {k: round(v / n, 3) for k, v in self.others.most_common()}
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "class": self.cls, "signal": self.signal, "count": self.count,
-                "rate_per_1k": round(self.rate_per_1k, 4), "ci_low": round(self.ci_low, 4),
-                "ci_high": round(self.ci_high, 4), "last_step": self.last_step,
-                "others_in_flight": self.others_share(), "frames": list(self.frames),
-                "message": self.message, "patterns": [p for p, _ in self.patterns.most_common()],
+        r = self.rate
+        return {"id": self.id, "key": self.key.text(), "class": self.cls,
+                "signal": self.key.signal, "last_step": self.last_step,
+                "thread_state": self.key.state or None, "frames": list(self.frames),
+                "stack": list(self.display), "stack_source": self.stack_sources.most_common(1)[0][0]
+                if self.stack_sources else "none",
+                "message": self.key.message, "count": self.count, "jobs_hit": len(self.jobs),
+                "processes_hit": len(self.procs), "exposure": self.exposure.value,
+                "rate": r.as_dict() if r else None,
+                "rate_per_exposure": round(r.rate, 6) if r else None,
+                "ci_low": round(r.low, 6) if r else None,
+                "ci_high": round(r.high, 6) if r else None,
+                "patterns": dict(self.patterns.most_common()),
                 "programs": [p for p, _ in self.programs.most_common(10)],
+                "concurrency": dict(self.concurrency.most_common()),
+                "others_in_flight": self.others_share(),
                 "first_seen_s": self.first_seen, "last_seen_s": self.last_seen,
-                "example": self.example, "description": self.describe()}
+                "example": self.example, "description": self.describe(),
+                "known": self.known.as_dict() if self.known is not None else None}
 
 
 def failing_slot(steps: list[dict[str, Any]]) -> int | None:
@@ -73,118 +295,92 @@ def failing_slot(steps: list[dict[str, Any]]) -> int | None:
 
 
 def others_in_flight(row: dict[str, Any]) -> tuple[str, ...]:
+    """Steps other threads had in flight when the failure was detected."""
     slot = failing_slot(row["steps"])
     own = f"t{slot}:" if slot is not None else None
-    steps = {e.split(":", 1)[1] for e in row["in_flight"] if own is None or
-             not e.startswith(own)}
-    return tuple(sorted(steps))
+    return tuple(sorted({e.split(":", 1)[1] for e in row["in_flight"]
+                         if ":" in e and (own is None or not e.startswith(own))}))
 
 
-def top_frames(folder: str | None) -> tuple[str, ...]:
-    """The failing thread's top frames: from py-spy/gdb stacks for hangs, from faulthandler
-    (in the worker's stderr) for crashes."""
-    if not folder:
-        return ()
-    base = Path(folder)
-    try:
-        meta = json.loads((base / "failure.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return ()
-    tid = meta.get("native_tid")
-    stacks = base / "stacks.txt"
-    if tid and stacks.exists():
-        frames: list[str] = []
-        inside = False
-        for line in stacks.read_text(errors="replace").splitlines():
-            m = _PYSPY_THREAD.match(line)
-            if m:
-                inside = int(m.group(1)) == tid
-                continue
-            if inside and line.startswith("    "):
-                name = line.strip()
-                if not name.startswith("0x"):
-                    frames.append(re.sub(r"\s+\(.*\)$", "", name) + _lib(name))
-                if len(frames) == TOP_FRAMES:
-                    break
-        if frames:
-            return tuple(frames)
-    err = base / "stderr.tail"
-    if err.exists():
-        text = err.read_text(errors="replace")
-        i = text.rfind("Current thread")
-        if i >= 0:
-            found = _FAULTHANDLER_FRAME.findall(text[i:i + 3000])[:TOP_FRAMES]
-            return tuple(f"{fn} ({Path(path).name})" for path, fn in found)
-    return ()
-
-
-def _lib(frame: str) -> str:
-    m = re.search(r"\(([^():]+\.so[^()]*)\)$", frame)
-    return f" [{m.group(1)}]" if m else ""
-
-
-def _sig_id(key: tuple[Any, ...]) -> str:
-    return "S" + hashlib.sha1(repr(key).encode()).hexdigest()[:6]
+def key_of(row: dict[str, Any], stack: StackEvidence | None = None) -> SignatureKey:
+    cls = row["class"]
+    if cls in _NON_STACK_CLASSES:
+        return SignatureKey(cls, None, row.get("last_step") or "", "", (),
+                            message_key(row.get("message") or ""))
+    stack = stack if stack is not None else failing_stack(row)
+    return SignatureKey(cls, row.get("signal") if cls == "crash" else None,
+                        row.get("last_step"), thread_state(row), stack.frames, "")
 
 
 def build(data: RunData) -> list[Signature]:
-    """Signatures, most frequent first. Rates are per 1,000 invocations: the completed ones
-    plus each invocation that died with its worker (it never reported itself)."""
-    died = sum(1 for f in data.failures if f["class"] in ("crash", "hang", "teardown_hang"))
-    total = max(1, data.trials + died)
-    sigs: dict[tuple[Any, ...], Signature] = {}
-
-    def get(key: tuple[Any, ...], cls: str, signal: str | None, step: str | None,
-            frames: tuple[str, ...], message: str) -> Signature:
-        if key not in sigs:
-            sigs[key] = Signature(_sig_id(key), cls, signal, step, frames, message)
-        return sigs[key]
-
+    """Signatures, most jobs (or exits) hit first, each with its rate per exposure."""
+    conc = {r["run_id"]: f"{r['config'].get('workers', '?')}x{r['config'].get('threads', '?')}"
+            for r in data.runs}
+    sigs: dict[SignatureKey, Signature] = {}
     for row in data.failures:
-        if row["class"] in ("error", "miscompare"):
-            continue
-        frames = top_frames(row["artifacts"])
-        key: tuple[Any, ...] = (row["class"], row["signal"], row["last_step"], frames)
-        s = get(key, row["class"], row["signal"], row["last_step"], frames, "")
-        s.count += 1
+        stack = failing_stack(row)
+        key = key_of(row, stack)
+        s = sigs.get(key)
+        if s is None:
+            s = sigs[key] = Signature(key, exposure=exp.exposure_of(row), display=stack.display)
+        if row["class"] not in _NON_STACK_CLASSES:
+            s.count += 1
+            _place(s, row, conc)
+        s.rows.append(row)
+        s.stack_sources[stack.source] += 1
         s.others.update(others_in_flight(row))
-        _observe(s, row)
-    # Errors and miscompares: exact counts from the workers, examples and windows from rows.
-    examples: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for row in data.failures:
-        if row["class"] in ("error", "miscompare"):
-            k = (row["class"], row["last_step"] or "", message_key(row["message"]))
-            examples.setdefault(k, []).append(row)
+        _seen(s, row)
+    # errors and miscompares: exact counts per job from the workers; rows are examples
     for c in data.counts:
-        cls, step, msg = c["key"].split("|", 2)
-        counted = get((cls, None, step, (), msg), cls, None, step, (), msg)
-        counted.count += int(c["count"])
-        counted.patterns[c["pattern"]] += int(c["count"])
-        counted.programs[c["program"]] += int(c["count"])
-    for (cls, step, msg), rows in examples.items():
-        found = sigs.get((cls, None, step, (), msg))
-        if found is None:
-            continue
-        for row in rows:
-            found.rows.append(row)
-            _seen(found, row)
+        cls, step, msg = (c["key"].split("|", 2) + ["", ""])[:3]
+        key = SignatureKey(cls, None, step, "", (), message_key(msg))
+        s = sigs.get(key)
+        if s is None:
+            s = sigs[key] = Signature(key)
+        n = int(c["count"])
+        s.count += n
+        s.patterns[c["pattern"]] += n
+        s.programs[c["program"]] += n
+        s.concurrency[conc.get(c["run_id"], "?")] += n
+        s.jobs.add((c["run_id"], int(c["job_index"])))
     for s in sigs.values():
-        s.rate_per_1k, s.ci_low, s.ci_high = rate_per_1k(s.count, total)
-    return sorted(sigs.values(), key=lambda s: (-s.count, s.id))
+        if s.cls in _NON_STACK_CLASSES and not data.counts:  # a store without counts
+            s.count = len(s.rows)
+            for row in s.rows:
+                _place(s, row, conc)
+    _rates(data, list(sigs.values()))
+    return sorted(sigs.values(), key=lambda s: (-(s.rate.failures if s.rate else 0), -s.count,
+                                                s.id))
 
 
-def _observe(s: Signature, row: dict[str, Any]) -> None:
-    s.rows.append(row)
-    if row["pattern"]:
+def _place(s: Signature, row: dict[str, Any], conc: dict[str, str]) -> None:
+    if row.get("pattern"):
         s.patterns[row["pattern"]] += 1
-    if row["program"]:
+    if row.get("program"):
         s.programs[row["program"]] += 1
-    _seen(s, row)
+    s.concurrency[conc.get(row["run_id"], "?")] += 1
+    jk, pk = exp.job_key(row), exp.proc_key(row)
+    if jk and exp.exposure_of(row) is exp.Exposure.JOB:
+        s.jobs.add(jk)
+    if pk:
+        s.procs.add(pk)
+
+
+def _rates(data: RunData, sigs: list[Signature]) -> None:
+    clusters = exp.job_clusters(data)
+    for s in sigs:
+        if s.exposure is exp.Exposure.PROCESS_EXIT:
+            s.rate = exp.exit_rate(data, s.procs)
+        elif s.exposure is exp.Exposure.FULL_TEARDOWN:
+            hits: Counter[exp.JobKey] = Counter(k for r in s.rows for k in [exp.job_key(r)] if k)
+            s.rate = exp.full_teardown_rate(data, hits)
+        else:
+            s.rate = exp.job_rate(data, s.jobs, clusters)
 
 
 def _seen(s: Signature, row: dict[str, Any]) -> None:
-    t = float(row["elapsed_s"])
+    t = float(row.get("elapsed_s") or 0.0)
     s.first_seen = t if s.first_seen is None else min(s.first_seen, t)
     s.last_seen = t if s.last_seen is None else max(s.last_seen, t)
     if s.example is None:
-        s.example = row["artifacts"] or row["message"][:200]
+        s.example = row.get("artifacts") or (row.get("message") or "")[:200]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stress.analysis.stats import fmt_rate
 from stress.vocab import ALL_CLASSES
 
 
@@ -31,9 +32,11 @@ def summary_table(s: dict[str, Any]) -> str:
     if sigs:
         lines += ["", "  top signatures:"]
         for g in sigs[:5]:
-            lines.append(f"    {g['id']}  {g['count']:>5} x  {g['rate_per_1k']:.3f}/1k "
-                         f"[{g['ci_low']:.3f}, {g['ci_high']:.3f}]  {g['class']} at "
-                         f"{g['last_step']}  ({', '.join(g['patterns'])})")
+            rate = "" if g.get("rate_per_exposure") is None else \
+                f"{fmt_rate(g['rate_per_exposure'])} per {g['exposure']} " \
+                f"[{fmt_rate(g['ci_low'])}, {fmt_rate(g['ci_high'])}]  "
+            lines.append(f"    {g['id']}  {g['count']:>5} x  {rate}{g['description']}  "
+                         f"({', '.join(g['patterns'])})")
     verdict = "FAILURES FOUND" if s["failed"] else "no failures"
     lines += ["", f"  {verdict}"]
     return "\n".join(lines)

@@ -1,64 +1,192 @@
+"""Signatures (issue 9 item 1): one failure mode = one signature, across tools, threads,
+workers and library versions; real py-spy / gdb / faulthandler output in tests/data/stacks."""
+
 from __future__ import annotations
 
-import math
+import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from stress.analysis import correlation, signatures
+from stress.analysis import signatures, stacks
+from stress.analysis.exposure import Exposure
 from stress.analysis.rundata import RunData
-from stress.analysis.stats import rate_per_1k, wilson
+
+STACKS = Path(__file__).resolve().parents[1] / "data" / "stacks"
 
 
-def test_wilson_interval_matches_known_values() -> None:
-    lo, hi = wilson(0, 10)
-    assert lo == 0.0 and math.isclose(hi, 0.2775, abs_tol=1e-4)
-    lo, hi = wilson(5, 10)
-    assert math.isclose(lo, 0.2366, abs_tol=1e-4) and math.isclose(hi, 0.7634, abs_tol=1e-4)
-    assert wilson(0, 0) == (0.0, 1.0)
+def _folder(tmp: Path, name: str, sample: str, native_tid: int | None = None,
+            text: str | None = None, stderr: str | None = None) -> str:
+    d = tmp / name
+    d.mkdir()
+    (d / "stacks.txt").write_text(text if text is not None else (STACKS / sample).read_text())
+    (d / "failure.json").write_text(json.dumps({"native_tid": native_tid}))
+    if stderr is not None:
+        (d / "stderr.tail").write_text(stderr)
+    return str(d)
 
 
-def test_rate_per_1k_contains_the_point_estimate() -> None:
-    rate, lo, hi = rate_per_1k(3, 10_000)
-    assert rate == pytest.approx(0.3) and lo < rate < hi
+def _row(cls: str, step: str, folder: str | None, *, pid: int = 100, job: int | None = 0,
+         worker: int = 0, tid: int | None = None, evidence: dict[str, Any] | None = None,
+         signal: str | None = None, pattern: str = "per-call", message: str = "",
+         exposure: str | None = None, run: str = "r1") -> dict[str, Any]:
+    return {"run_id": run, "class": cls, "signal": signal, "job_index": job,
+            "program": "unary.exp.f32.64x64", "pattern": pattern, "seed": 1, "worker": worker,
+            "pid": pid, "last_step": step, "in_flight": [f"t0:{step}"], "steps": [],
+            "artifacts": folder, "message": message, "attribution": "watchdog",
+            "detected_at": 0.0, "elapsed_s": 1.0, "native_tid": tid,
+            "evidence": evidence or {}, "exposure": exposure}
 
 
-def _crash(step: str, pattern: str, others: list[str]) -> dict:  # type: ignore[type-arg]
-    steps = [{"slot": 1, "phase": "begin", "step": "upload", "failing": True},
-             {"slot": 1, "phase": "end", "step": "upload", "failing": True},
-             {"slot": 1, "phase": "begin", "step": step, "failing": True}]
-    return {"class": "crash", "signal": "SIGSEGV", "last_step": step, "artifacts": None,
-            "program": "unary.exp.f32.64x64", "pattern": pattern, "message": "x",
-            "in_flight": [f"t1:{step}"] + [f"t2:{o}" for o in others], "steps": steps,
-            "elapsed_s": 1.0, "run_id": "r", "detected_at": 0.0}
+def _jobs(n: int, run: str = "r1", per_process: int = 10) -> list[dict[str, Any]]:
+    return [{"run_id": run, "job_index": i, "program": "unary.exp.f32.64x64",
+             "pattern": "per-call", "worker": i % 3, "pid": 100 + i // per_process,
+             "invocations": 10, "errors": 0, "miscompare": 0} for i in range(n)]
 
 
-def test_signatures_group_by_step_not_by_what_other_threads_happened_to_do() -> None:
-    data = RunData([], jobs=[{"invocations": 1000, "errors": 0, "miscompare": 0,
-                              "pattern": "shared", "program": "unary.exp.f32.64x64",
-                              "run_id": "r"}])
-    data.failures = [_crash("invoke", "shared", ["invoke"]), _crash("invoke", "churn", []),
-                     _crash("device-release", "churn", ["invoke"])]
+def test_a_stalled_join_gets_one_signature_from_py_spy_and_from_gdb(tmp_path: Path) -> None:
+    rows = [_row("teardown_hang", "device-release", _folder(tmp_path, "a", "pyspy_spin.txt",
+                                                             5009), job=1),
+            _row("teardown_hang", "device-release", _folder(tmp_path, "b", "gdb_spin.txt",
+                                                             5009), job=2, pid=101)]
+    sigs = signatures.build(RunData([], jobs=_jobs(20), failures=rows))
+    assert len(sigs) == 1
+    assert sigs[0].frames == ("iree_fault_spin", "fire", "pthread_join")
+    assert sigs[0].count == 2
+
+
+def test_the_signature_comes_from_the_failing_thread_not_the_first_one(tmp_path: Path) -> None:
+    failing = signatures.failing_stack(_row("hang", "invoke",
+                                            _folder(tmp_path, "a", "pyspy_spin.txt", 5009)))
+    helper = signatures.failing_stack(_row("hang", "invoke",
+                                           _folder(tmp_path, "b", "pyspy_spin.txt", 5005)))
+    assert failing.frames[0] == "iree_fault_spin"
+    assert helper.frames == ("busy [victim.py]",)
+
+
+def test_a_library_version_suffix_does_not_change_the_id(tmp_path: Path) -> None:
+    text = (STACKS / "pyspy_spin_stripped.txt").read_text()
+    assert "libfault.so.2" in text
+    other = text.replace("libfault.so.2", "libfault.so.1").replace("0x7f07", "0x7f55")
+    a = _row("teardown_hang", "device-release",
+             _folder(tmp_path, "a", "", 5501, text=text))
+    b = _row("teardown_hang", "device-release",
+             _folder(tmp_path, "b", "", 5501, text=other), pid=200, job=3)
+    sigs = signatures.build(RunData([], jobs=_jobs(10), failures=[a, b]))
+    assert len(sigs) == 1
+    assert sigs[0].frames == ("iree_fault_spin", "?? [libfault.so]", "pthread_join")
+
+
+@pytest.mark.parametrize(("path", "name"), [
+    ("/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04", "libcuda.so"),
+    ("/tmp/x/libfault.so.1", "libfault.so"), ("libfault.so.2", "libfault.so"),
+    ("_runtime_libs/_runtime.cpython-311-x86_64-linux-gnu.so", "_runtime.so"),
+    ("libamdhip64.so.7", "libamdhip64.so"), ("libfoo-1.2.3.so", "libfoo.so"),
+    ("/lib/libc.so.6+0x9a3f", "libc.so"),
+])
+def test_module_names_lose_versions_tags_and_addresses(path: str, name: str) -> None:
+    assert stacks.normalize_module(path) == name
+
+
+def test_busy_and_blocked_hangs_at_the_same_step_are_different_modes(tmp_path: Path) -> None:
+    spin = _row("teardown_hang", "worker-exit", _folder(tmp_path, "a", "pyspy_spin.txt"),
+                tid=5009, evidence={"threads": {"5009": {"state": "busy"}}}, job=None)
+    block = _row("teardown_hang", "worker-exit", _folder(tmp_path, "b", "pyspy_block.txt"),
+                 tid=5197, evidence={"blocked_tids": [5197]}, job=None, pid=101)
+    keys = {signatures.key_of(r) for r in (spin, block)}
+    assert {k.state for k in keys} == {"busy", "blocked"}
+    assert {k.frames[0] for k in keys} == {"iree_fault_spin", "iree_fault_block"}
+
+
+def test_a_core_dump_names_the_crashing_thread_below_its_signal_handler(tmp_path: Path) -> None:
+    # the journal's tid (5359, the main thread) is overridden by the core's current thread
+    row = _row("crash", "device-release", _folder(tmp_path, "a", "gdb_core_segv.txt", 5359),
+               signal="SIGSEGV")
+    ev = signatures.failing_stack(row)
+    assert ev.frames == ("iree_fault_segv", "fire", "pthread_join")
+    assert ev.source == stacks.StackTool.GDB_CORE.describe()
+    dump = stacks.parse((STACKS / "gdb_core_segv.txt").read_text())
+    assert dump.signal == "SIGSEGV" and dump.crashed is not None and dump.crashed.tid == 5365
+
+
+def test_a_crash_with_only_faulthandler_output_uses_the_current_thread(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, "a", "", None,
+                     text="# faulthandler\nprocess was already dead; see stderr.tail\n",
+                     stderr=(STACKS / "faulthandler_segv.txt").read_text())
+    ev = signatures.failing_stack(_row("crash", "device-release", folder, signal="SIGSEGV"))
+    assert ev.frames == ("release_device [victim.py]",)
+    assert "faulthandler" in ev.source
+
+
+def test_harness_and_threading_frames_never_enter_a_signature() -> None:
+    text = ('Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent '
+            'call first):\n  File "/x/stress/engine/patterns.py", line 3 in release\n'
+            '  File "/usr/lib/python3.11/threading.py", line 982 in run\n')
+    dump = stacks.parse_faulthandler(text)
+    assert dump.signal == "SIGSEGV"
+    assert signatures.meaningful(dump.threads[0].frames) == []
+
+
+def test_the_engine_header_names_the_crashed_thread() -> None:
+    body = (STACKS / "gdb_spin.txt").read_text().split("\n", 1)[1]
+    dump = stacks.parse("# core+gdb\n# thread 5009 took SIGSEGV; crashing frames: x\n" + body)
+    assert dump.tool is stacks.StackTool.GDB_CORE
+    assert dump.failing(native_tid=5003) is dump.thread(5009)
+
+
+@pytest.mark.parametrize("sample", sorted(p.name for p in STACKS.glob("*.txt")
+                                          if not p.name.startswith("victim")))
+def test_every_sample_parses_into_threads_with_frames(sample: str) -> None:
+    dump = stacks.parse((STACKS / sample).read_text())
+    assert dump.tool is not stacks.StackTool.UNKNOWN
+    assert len(dump.threads) >= 3 and all(t.frames for t in dump.threads)
+
+
+def test_rules_are_read_from_files_a_user_can_extend(tmp_path: Path) -> None:
+    for name in ("irrelevant.txt", "prefix.txt", "signal_handler.txt"):
+        (tmp_path / name).write_text((signatures.SIGLISTS / name).read_text())
+    with (tmp_path / "irrelevant.txt").open("a") as f:
+        f.write("fire\n")
+    r = signatures.Rules.load(tmp_path)
+    dump = stacks.parse((STACKS / "pyspy_spin.txt").read_text())
+    frames = signatures.meaningful(dump.thread(5009).frames, r)  # type: ignore[union-attr]
+    assert signatures.key_frames(frames, r)[:2] == ("iree_fault_spin", "pthread_join")
+    (tmp_path / "prefix.txt").write_text("# broken\n(unclosed\n")
+    with pytest.raises(ValueError, match=r"prefix.txt:2"):
+        signatures.Rules.load(tmp_path)
+
+
+def test_errors_group_by_message_shape_and_count_exactly() -> None:
+    data = RunData([], jobs=_jobs(30))
+    data.failures = [_row("error", "module-load", None, job=j, message=f"INVALID_CONTEXT at {j}")
+                     for j in (1, 2)]
+    data.counts = [{"run_id": "r1", "job_index": j, "program": "p", "pattern": "cross-thread",
+                    "key": "error|module-load|INVALID_CONTEXT at #", "count": 7}
+                   for j in (1, 2, 3)]
     sigs = signatures.build(data)
-    assert [(s.last_step, s.count) for s in sigs] == [("invoke", 2), ("device-release", 1)]
-    assert sigs[0].others_share() == {"invoke": 0.5}
-    assert sigs[0].rate_per_1k == pytest.approx(2000 / 1003)  # 3 invocations died
+    assert len(sigs) == 1
+    s = sigs[0]
+    assert s.count == 21 and len(s.jobs) == 3 and len(s.rows) == 2
+    assert s.rate is not None and s.rate.failures == 3 and s.rate.units == 30
+    assert s.key.message == "INVALID_CONTEXT at #"
 
 
-def test_correlation_ranks_the_in_flight_step_of_failures_first() -> None:
-    data = RunData([])
-    data.failures = [_crash("device-release", "churn", []) for _ in range(6)]
-    data.windows = [{"kind": "healthy", "tokens": ["begin:upload", "end:upload",
-                                                   "begin:invoke"], "in_flight": ["t1:invoke"]}
-                    for _ in range(40)]
-    sig = signatures.build(data)[0]
-    corr = correlation.correlate(sig, correlation.healthy_features(data))
-    assert "device-release" in corr.lifts[0].feature
-    assert corr.lifts[0].lift > 10
-    assert corr.note == ""
+def test_a_failure_at_process_exit_is_rated_per_exit() -> None:
+    data = RunData([], jobs=_jobs(40))
+    data.workers = [{"run_id": "r1", "pid": 100 + i, "ended_at": 1.0} for i in range(10)]
+    data.failures = [_row("teardown_hang", "worker-exit", None, job=None, pid=100 + i,
+                          exposure="process_exit") for i in (1, 4)]
+    s = signatures.build(data)[0]
+    assert s.exposure is Exposure.PROCESS_EXIT
+    assert s.rate is not None and (s.rate.failures, s.rate.units) == (2, 10)
+    assert s.as_dict()["rate_per_exposure"] == pytest.approx(0.2)
 
 
-def test_correlation_says_plainly_when_data_are_too_few() -> None:
-    data = RunData([])
-    data.failures = [_crash("invoke", "shared", [])]
-    corr = correlation.correlate(signatures.build(data)[0], [])
-    assert "anecdotal" in corr.note and "healthy" in corr.note
+def test_ids_are_a_hash_of_the_normalised_key_and_stable() -> None:
+    k = signatures.SignatureKey("crash", "SIGSEGV", "device-release", "",
+                                ("iree_fault_segv", "fire"), "")
+    assert k.text() == "crash|SIGSEGV|device-release||iree_fault_segv < fire|"
+    assert k.id == signatures.SignatureKey(*[getattr(k, f) for f in (
+        "cls", "signal", "step", "state", "frames", "message")]).id
+    assert k.id.startswith("S") and len(k.id) == 9

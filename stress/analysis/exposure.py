@@ -1,0 +1,199 @@
+"""The units failures are counted against (exposures) and the clusters they share fate in.
+
+* job: every finished job, plus every job that died with its process (it has a failure row
+  but no job row); its cluster is the worker process that ran it (`pid`; stores from before
+  m004 have no job pid: the worker slot then stands for all its processes, coarser clusters,
+  wider intervals).
+* process exit: every worker process that ended (workers table); failures at `worker-exit`
+  (or with exposure `process_exit`) are rated per exit. Processes are independent clusters.
+* full teardown: the last device of a process released (jobs.full_teardowns); failures with
+  exposure `full_teardown` are rated per full teardown, clustered by process.
+
+Issue 17 item 6, the exit-path ablation, is `exit_paths`: the teardown failure rate per
+process exit of each exit path, and the control arm (`os._exit`, which skips the driver's exit
+handlers) against the rest.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter, defaultdict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from stress.analysis.rundata import RunData
+from stress.analysis.stats import Comparison, Rate, Unit, clustered_rate, compare_rates
+
+# exit_path values of the control arm: the process leaves by os._exit, skipping exit handlers
+CONTROL_EXIT_PATHS: frozenset[str] = frozenset({"os-exit", "os._exit", "os_exit", "_exit"})
+_TEARDOWN_CLASSES: frozenset[str] = frozenset({"crash", "teardown_hang", "error"})
+
+
+class Exposure(str, enum.Enum):
+    JOB = "job"
+    PROCESS_EXIT = "process exit"
+    FULL_TEARDOWN = "full teardown"
+
+    def describe(self) -> str:
+        return {Exposure.JOB: "per job", Exposure.PROCESS_EXIT: "per process exit",
+                Exposure.FULL_TEARDOWN: "per full driver teardown"}[self]
+
+
+JobKey = tuple[str, int]
+ProcKey = tuple[str, int]
+
+
+def exposure_of(row: dict[str, Any]) -> Exposure:
+    """What a failure row is an exposure of: its recorded `exposure` (m004), else a failure at
+    worker-exit is a process exit's, else the job's."""
+    e = (row.get("exposure") or "").replace("_", " ")
+    if e in ("process exit", "full teardown"):
+        return Exposure(e)
+    if row.get("last_step") == "worker-exit" or row.get("job_index") is None and \
+            row.get("class") in ("teardown_hang", "crash"):
+        return Exposure.PROCESS_EXIT
+    return Exposure.JOB
+
+
+def job_clusters(data: RunData) -> dict[JobKey, Hashable]:
+    out: dict[JobKey, Hashable] = {}
+    for j in data.jobs:
+        pid = j.get("pid")
+        out[(j["run_id"], int(j["job_index"]))] = ("pid", j["run_id"], pid) if pid else \
+            ("worker", j["run_id"], j.get("worker"))
+    for f in data.failures:
+        if f.get("job_index") is None:
+            continue
+        key = (f["run_id"], int(f["job_index"]))
+        if key not in out:
+            out[key] = ("pid", f["run_id"], f["pid"]) if f.get("pid") else \
+                ("worker", f["run_id"], f.get("worker"))
+    return out
+
+
+def process_exits(data: RunData) -> dict[ProcKey, dict[str, Any]]:
+    """Worker processes that ended, by (run, pid)."""
+    return {(w["run_id"], int(w["pid"])): w for w in data.workers if w.get("ended_at")}
+
+
+def job_rate(data: RunData, hit: set[JobKey], clusters: dict[JobKey, Hashable] | None = None,
+             where: set[JobKey] | None = None) -> Rate:
+    """Share of jobs (restricted to `where`) among `hit`, clustered by process."""
+    clusters = clusters if clusters is not None else job_clusters(data)
+    units = [Unit(c, int(k in hit)) for k, c in clusters.items() if where is None or k in where]
+    return clustered_rate(units, "job")
+
+
+def exit_rate(data: RunData, hit: set[ProcKey], where: set[ProcKey] | None = None) -> Rate:
+    exits = process_exits(data)
+    keys = set(exits) | hit if where is None else set(where)
+    units = [Unit(k, int(k in hit)) for k in keys]
+    return clustered_rate(units, "process exit")
+
+
+def full_teardown_rate(data: RunData, hit: Counter[JobKey]) -> Rate:
+    """Failures per full teardown: each job contributes its full_teardowns units."""
+    clusters = job_clusters(data)
+    units: list[Unit] = []
+    for j in data.jobs:
+        key = (j["run_id"], int(j["job_index"]))
+        m = int(j.get("full_teardowns") or 0)
+        fails = min(m, hit.get(key, 0))
+        units += [Unit(clusters[key], int(i < fails)) for i in range(m)]
+    return clustered_rate(units, "full teardown")
+
+
+def proc_key(row: dict[str, Any]) -> ProcKey | None:
+    return (row["run_id"], int(row["pid"])) if row.get("pid") else None
+
+
+def job_key(row: dict[str, Any]) -> JobKey | None:
+    return (row["run_id"], int(row["job_index"])) if row.get("job_index") is not None else None
+
+
+@dataclass(frozen=True)
+class ExposureCounts:
+    """What a run exposed the runtime to, per pattern (issue 17 item 1)."""
+
+    pattern: str
+    jobs: int
+    process_exits: int
+    exits_by_outcome: dict[str, int]
+    full_teardowns: int
+    handle_releases: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pattern": self.pattern, "jobs": self.jobs, "process_exits": self.process_exits,
+                "exits_by_outcome": self.exits_by_outcome, "full_teardowns": self.full_teardowns,
+                "handle_releases": self.handle_releases}
+
+
+def exposure_counts(data: RunData) -> list[ExposureCounts]:
+    jobs: Counter[str] = Counter()
+    full: Counter[str] = Counter()
+    handles: Counter[str] = Counter()
+    for j in data.jobs:
+        p = j.get("pattern") or "?"
+        jobs[p] += 1
+        full[p] += int(j.get("full_teardowns") or 0)
+        handles[p] += int(j.get("handle_releases") or 0)
+    exits: Counter[str] = Counter()
+    outcomes: dict[str, Counter[str]] = defaultdict(Counter)
+    for w in process_exits(data).values():
+        p = w.get("pattern") or "mixed"
+        exits[p] += 1
+        outcomes[p][w.get("outcome") or w.get("end_reason") or "?"] += 1
+    return [ExposureCounts(p, jobs[p], exits[p], dict(outcomes[p]), full[p], handles[p])
+            for p in sorted(set(jobs) | set(exits))]
+
+
+@dataclass(frozen=True)
+class ExitPathRow:
+    exit_path: str
+    rate: Rate  # teardown failures per process exit
+    control: bool
+
+
+@dataclass(frozen=True)
+class ExitPathAblation:
+    rows: list[ExitPathRow]
+    comparison: Comparison | None  # the rest (B) against the control arm (A)
+
+    def verdict(self) -> str:
+        c = self.comparison
+        if c is None:
+            return "no control arm (os._exit) in these runs: cannot say whether teardown is " \
+                   "where the failures live"
+        if c.p_b_worse < 0.05:
+            return (f"teardown is where the failures live: exit paths through the driver's exit "
+                    f"handlers fail more than the os._exit control (Fisher p = "
+                    f"{c.p_b_worse:.2g})")
+        return f"no difference shown between the exit paths and the os._exit control " \
+               f"(Fisher p = {c.p_b_worse:.2g})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rows": [{"exit_path": r.exit_path, "control": r.control, **r.rate.as_dict()}
+                         for r in self.rows],
+                "comparison": self.comparison.as_dict() if self.comparison else None,
+                "verdict": self.verdict()}
+
+
+def exit_paths(data: RunData) -> ExitPathAblation | None:
+    """Teardown failure rate per process exit of each exit path (workers.exit_path)."""
+    exits = process_exits(data)
+    by_path: dict[str, set[ProcKey]] = defaultdict(set)
+    for k, w in exits.items():
+        if w.get("exit_path"):
+            by_path[str(w["exit_path"])].add(k)
+    if not by_path:
+        return None
+    failed = {k for f in data.failures if f["class"] in _TEARDOWN_CLASSES
+              and exposure_of(f) is Exposure.PROCESS_EXIT for k in [proc_key(f)] if k}
+    rows = [ExitPathRow(p, exit_rate(data, failed & ks, ks), p in CONTROL_EXIT_PATHS)
+            for p, ks in sorted(by_path.items())]
+    ctrl = set().union(*(ks for p, ks in by_path.items() if p in CONTROL_EXIT_PATHS))
+    rest = set().union(*(ks for p, ks in by_path.items() if p not in CONTROL_EXIT_PATHS))
+    comparison = compare_rates(exit_rate(data, failed & ctrl, ctrl),
+                               exit_rate(data, failed & rest, rest)) if ctrl and rest else None
+    return ExitPathAblation(rows, comparison)

@@ -1,0 +1,150 @@
+"""Known failures: a small TOML file that `report` (and `gate`) read, so that failures someone
+already filed are shown apart from new ones (and, in the gate, do not fail it).
+
+    # known-failures.toml
+    [[known]]
+    signature = "S1a2b3c4d"                     # an id from a report, or:
+    note = "TheRock 7.11 stall in hipDeviceReset"
+    link = "https://github.com/ROCm/TheRock/issues/0000"
+
+    [[known]]
+    match = "teardown_hang|*|worker-exit|busy|*"   # a glob over the signature key text
+    note = "spins at exit under driver X"
+
+The key text is `class|signal|step|state|frame < frame < frame|message` (shown by
+`report --format json` as each signature's `key`). Each entry needs `signature` or `match`
+and a `note`; `link` is optional. Python 3.11+ reads the file with tomllib; on 3.10 a small
+reader of this same subset is used (tables of `key = "string"` lines), so no dependency is
+added.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stress.errors import UsageError
+
+_KEYS: frozenset[str] = frozenset({"signature", "match", "note", "link"})
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    note: str
+    signature: str = ""
+    match: str = ""
+    link: str = ""
+    line: int = 0  # where it is in the file (for messages)
+
+    def matches(self, sig_id: str, key_text: str) -> bool:
+        if self.signature:
+            return sig_id == self.signature
+        return fnmatch.fnmatchcase(key_text, self.match)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"signature": self.signature or None, "match": self.match or None,
+                "note": self.note, "link": self.link or None}
+
+
+@dataclass(frozen=True)
+class KnownFailures:
+    path: Path | None
+    entries: tuple[KnownFailure, ...]
+
+    def lookup(self, sig_id: str, key_text: str) -> KnownFailure | None:
+        """The first entry that names this signature (ids before patterns)."""
+        by_id = [e for e in self.entries if e.signature and e.matches(sig_id, key_text)]
+        if by_id:
+            return by_id[0]
+        return next((e for e in self.entries if e.match and e.matches(sig_id, key_text)), None)
+
+
+EMPTY = KnownFailures(None, ())
+
+
+def _tiny_toml(text: str, path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The subset this format uses: `[[known]]` headers and `key = "string"` lines."""
+    tables: list[dict[str, Any]] = []
+    lines: list[int] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if re.fullmatch(r"\[\[known\]\]\s*(#.*)?", line):
+            tables.append({})
+            lines.append(n)
+            continue
+        m = re.fullmatch(r'([A-Za-z_]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|\'([^\']*)\')\s*(#.*)?',
+                         line)
+        if not m or not tables:
+            raise UsageError(f"{path}:{n}: cannot read this line (expected [[known]] or "
+                             f'key = "value"): {raw.strip()!r}')
+        basic, literal = m.group(2), m.group(3)
+        tables[-1][m.group(1)] = literal if basic is None else \
+            basic.encode().decode("unicode_escape")
+    return tables, lines
+
+
+def _table_lines(text: str) -> list[int]:
+    return [n for n, line in enumerate(text.splitlines(), 1) if line.strip() == "[[known]]"]
+
+
+def load(path: Path) -> KnownFailures:
+    """Reads a known-failures file; any error is a UsageError naming the file and line."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the known-failures file: {exc.strerror}") from None
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"{path}: {exc}") from None
+        unknown_top = set(doc) - {"known"}
+        if unknown_top:
+            raise UsageError(f"{path}: unknown top-level key(s) {sorted(unknown_top)}; "
+                             f"entries are [[known]] tables")
+        tables = doc.get("known", [])
+        if not isinstance(tables, list):
+            raise UsageError(f"{path}: `known` must be an array of tables ([[known]])")
+        lines = _table_lines(text)
+    else:
+        tables, lines = _tiny_toml(text, path)
+    return KnownFailures(path, tuple(_entry(t, path, lines[i] if i < len(lines) else 0)
+                                     for i, t in enumerate(tables)))
+
+
+def _entry(t: Any, path: Path, line: int) -> KnownFailure:
+    where = f"{path}:{line}" if line else str(path)
+    if not isinstance(t, dict):
+        raise UsageError(f"{where}: each [[known]] entry must be a table")
+    extra = set(t) - _KEYS
+    if extra:
+        raise UsageError(f"{where}: unknown key(s) {sorted(extra)} (allowed: "
+                         f"{', '.join(sorted(_KEYS))})")
+    if not all(isinstance(v, str) for v in t.values()):
+        raise UsageError(f"{where}: values must be strings")
+    if bool(t.get("signature")) == bool(t.get("match")):
+        raise UsageError(f"{where}: give exactly one of `signature` (an id) or `match` "
+                         f"(a glob over the signature key)")
+    if not t.get("note"):
+        raise UsageError(f"{where}: a known failure needs a `note` saying what it is")
+    return KnownFailure(t["note"], t.get("signature", ""), t.get("match", ""), t.get("link", ""),
+                        line)
+
+
+def load_all(paths: Iterable[Path]) -> KnownFailures:
+    entries: list[KnownFailure] = []
+    first: Path | None = None
+    for p in paths:
+        k = load(p)
+        first = first or p
+        entries += k.entries
+    return KnownFailures(first, tuple(entries))
