@@ -58,9 +58,17 @@ def find_compiler(explicit: str | None = None) -> str:
 
 @functools.cache
 def info(path: str) -> CompilerInfo:
-    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
-    match = re.search(r"IREE compiler version (\S+ @ \S+)", out.stdout + out.stderr)
-    version = match.group(1) if match else (out.stdout + out.stderr).strip().splitlines()[0]
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"{path} --version failed: {exc}") from None
+    text = (out.stdout + out.stderr).strip()
+    match = re.search(r"IREE compiler version (\S+ @ \S+)", text)
+    if match is None and (out.returncode != 0 or not text):
+        raise UsageError(f"{path} --version exited {out.returncode}"
+                         f"{': ' + text.splitlines()[-1] if text else ' and printed nothing'}"
+                         "; is it a working iree-compile?")
+    version = match.group(1) if match else text.splitlines()[0]
     helptext = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60)
     names = frozenset(re.findall(r"(--iree-[a-z0-9-]+)", helptext.stdout))
     return CompilerInfo(path, version, names)

@@ -55,8 +55,8 @@ def test_the_same_seed_runs_the_same_jobs(tmp_path: Path,
 
 def test_a_fusilli_style_torch_program_soaks_with_generated_inputs(tmp_path: Path) -> None:
     res = run_cli("soak", "--target", "cpu", "--program",
-                  str(REPO / "mlir/examples/fusilli_bias_relu.torch.mlir"), "--program",
-                  str(REPO / "mlir/examples/scale_shift.mlir"), "--invocations", "300",
+                  str(REPO / "stress/programs/mlir/examples/fusilli_bias_relu.torch.mlir"), "--program",
+                  str(REPO / "stress/programs/mlir/examples/scale_shift.mlir"), "--invocations", "300",
                   "--workers", "1", "--json", "-q", "--results", str(tmp_path / "r"))
     assert res.rc == 0, res.stderr[-2000:]
     s = res.json()

@@ -127,14 +127,14 @@ def test_program_round_trips_through_json_for_workers() -> None:
 
 
 def test_plain_user_program_signature_is_parsed() -> None:
-    p = userprog.load(str(REPO / "mlir/examples/scale_shift.mlir"))
+    p = userprog.load(str(REPO / "stress/programs/mlir/examples/scale_shift.mlir"))
     assert p.kind == "user" and not p.has_reference and p.input_type == "none"
     assert [a.shape for a in p.args] == [(8, 32), (8, 32)]
     assert p.results[0].dtype == "f32"
 
 
 def test_fusilli_torch_program_has_an_in_place_output_argument() -> None:
-    p = userprog.load(str(REPO / "mlir/examples/fusilli_bias_relu.torch.mlir"))
+    p = userprog.load(str(REPO / "stress/programs/mlir/examples/fusilli_bias_relu.torch.mlir"))
     assert p.input_type == "torch" and p.results == ()
     assert [a.role for a in p.args] == [Role.OUTPUT, Role.INPUT, Role.INPUT]
     assert p.args[2].shape == (1, 16, 1, 1)
