@@ -170,7 +170,8 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
         s.drain(h)
         rc = codes[h.pid]
         cls = FailureClass.TEARDOWN_HANG if st.teardown else FailureClass.HANG
-        attr = attribute(h.journal(), "", slot_hint=st.slot)
+        slot = _culprit_slot(h, st.slot, hang.processes[h.pid].stacks)
+        attr = attribute(h.journal(), "", slot_hint=slot)
         if st.slot is None or attr.last_step is None:
             attr.last_step = st.label
         job = s.job_of(h, attr)
@@ -204,6 +205,33 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
         end_worker(s, h, rc, "unkillable (D state)" if h.unkillable else cls.value, "hang")
         s.restart(h)
         s.retire(h)
+
+
+_GIL_WAIT: tuple[str, ...] = ("take_gil", "PyEval_RestoreThread", "PyEval_AcquireThread",
+                               "PyGILState_Ensure")  # frames of a thread waiting for the GIL
+_GIL_WAIT_DEPTH: int = 8  # innermost frames looked at
+
+
+def _waits_for_gil(stacks: evidence.Stacks, tid: int) -> bool:
+    t = stacks.thread(tid)
+    return t is not None and any(g in f for f in t.frames[:_GIL_WAIT_DEPTH] for g in _GIL_WAIT)
+
+
+def _culprit_slot(h: WorkerHandle, slot: int | None, stacks: evidence.Stacks) -> int | None:
+    """The watchdog's slot, unless its thread is only waiting for the GIL while another
+    thread with a step in flight is not: that one holds it (a native stall with the GIL held
+    makes every other thread late)."""
+    reader = h.journal()
+    if slot is None or reader is None:
+        return slot
+    views = {v.slot: v for v in reader.all_slots()}
+    blamed = views.get(slot)
+    if blamed is None or not _waits_for_gil(stacks, blamed.native_tid):
+        return slot
+    others = [(flight[-1].ts_ns, v.slot) for v in views.values() if v.slot != slot
+              for flight in [[e for e in v.in_flight() if e.step is not Step.JOB]]
+              if flight and not _waits_for_gil(stacks, v.native_tid)]
+    return max(others)[1] if others else slot
 
 
 def _main_tid(h: WorkerHandle) -> int:

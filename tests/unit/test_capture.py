@@ -1,0 +1,48 @@
+"""Which thread a hang is pinned on when several are late (issue 8: never blame the wrong
+thing)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from stress.engine import capture
+from stress.engine.journal import JournalWriter, Step
+from stress.engine.postmortem import Stacks, StackSource, ThreadStack
+from stress.engine.workermanage import WorkerHandle
+
+
+def handle(tmp_path: Path, journal: Path) -> WorkerHandle:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    read_fd, write_fd = os.pipe()
+    os.close(write_fd)
+    return WorkerHandle(0, 0, proc, read_fd, journal, tmp_path / "o", tmp_path / "e", False)
+
+
+def test_a_thread_only_waiting_for_the_gil_passes_the_blame_to_the_one_holding_it(
+        tmp_path: Path) -> None:
+    path = tmp_path / "j.bin"
+    w = JournalWriter(path, slots=3)
+    victim, culprit = w.acquire(), w.acquire()
+    victim.begin(Step.INVOKE)
+    culprit.begin(Step.DEVICE_RELEASE)
+    h = handle(tmp_path, path)
+    reader = h.journal()
+    assert reader is not None
+    # rewrite the slots' native tids (both threads are this one in the test)
+    import struct
+
+    from stress.engine import journal as j
+
+    for slot, tid in ((victim.slot, 1111), (culprit.slot, 2222)):
+        struct.pack_into("<QQ", w._mm, j._slot_offset(slot, w.ring_len), tid, 0)
+    stacks = Stacks(StackSource.PYSPY, "", threads=[
+        ThreadStack(1111, "job-0", ["futex_wait", "take_gil", "PyEval_RestoreThread"]),
+        ThreadStack(2222, "job-1", ["syscall", "iree_fault_block", "pthread_join"])])
+    assert capture._culprit_slot(h, victim.slot, stacks) == culprit.slot
+    stacks.threads[1].frames = ["take_gil"]  # both wait: nobody better to blame
+    assert capture._culprit_slot(h, victim.slot, stacks) == victim.slot
+    h.close()
