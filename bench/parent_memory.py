@@ -1,6 +1,8 @@
 """Parent memory over a long run (issue #3 goal: RSS growth < 10 MB over 10^6 invocations).
 Samples the soak parent's RSS once a second; growth is measured from the end of warm-up
-(the first 5% of invocations) to the end."""
+(the first 5% of the run) to the end. Two runs: 10^6 invocations of the in-process patterns,
+then every pattern including process-per-job for a fixed time (issue 8: that pattern's queue
+used to grow while the pool drew jobs past it)."""
 
 from __future__ import annotations
 
@@ -19,11 +21,20 @@ from _common import ROOT
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--invocations", type=int, default=1_000_000)
+    ap.add_argument("--all-patterns-duration", default="180s")
     args = ap.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=ROOT).stdout.strip()
+    print(f"# python bench/parent_memory.py {' '.join(sys.argv[1:])}  (commit {commit}, "
+          f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)")
+    measure(["--patterns", "shared,per-thread", "--invocations", str(args.invocations)])
+    measure(["--patterns", "all", "--duration", args.all_patterns_duration])
+
+
+def measure(extra: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         argv = [sys.executable, "-m", "stress", "soak", "--target", "cpu", "--json", "-q",
-                "--patterns", "shared,per-thread", "--programs", "binary.add.f32.3x5x7+3x5x7",
-                "--invocations", str(args.invocations), "--seed", "1",
+                "--programs", "binary.add.f32.3x5x7+3x5x7", *extra, "--seed", "1",
                 "--results", f"{tmp}/run"]
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                 env={**os.environ})
@@ -43,7 +54,9 @@ def main() -> None:
     end = samples[-1]
     peak = max(s[1] for s in samples)
     growth = end[1] - warm[1]
-    print(f"invocations {n:,} in {summary['duration_s']:.0f} s, {summary['jobs']:,} jobs")
+    print(f"\nsoak {' '.join(extra)}")
+    print(f"invocations {n:,} in {summary['duration_s']:.0f} s, {summary['jobs']:,} jobs, "
+          f"{summary['patterns'].get('process-per-job', 0):,} in process-per-job")
     print(f"parent RSS: after warm-up {warm[1]:.1f} MiB (t={warm[0]:.0f}s), end {end[1]:.1f} MiB,"
           f" peak {peak:.1f} MiB")
     print(f"growth {growth:+.1f} MiB  goal < 10 MB  {'OK' if growth < 10 else 'MISSED'}")
