@@ -137,16 +137,17 @@ def healthy_windows(data: RunData, step: str) -> list[Window]:
     return out
 
 
-def failure_windows(sig: Signature) -> tuple[list[Window], int]:
-    """(aligned windows, rows that could not be aligned)."""
-    step = sig.last_step or ""
+def failure_windows(sig: Signature) -> tuple[list[tuple[str, Window]], int]:
+    """([(step, aligned window)], rows that could not be aligned). Each failure is aligned at
+    its own step (a teardown signature's failures may be at device or driver release)."""
     out, unaligned = [], 0
     for row in sig.rows:
+        step = row.get("step") or row.get("last_step") or ""
         feats = aligned_features(row.get("steps") or [], step)
         if feats is None:
             unaligned += 1
         else:
-            out.append(Window(feats, row.get("pattern") or ""))
+            out.append((step, Window(feats, row.get("pattern") or "")))
     return out, unaligned
 
 
@@ -184,6 +185,7 @@ class SignatureCorrelation:
     tested: int
     features: list[FeatureTest] = field(default_factory=list)  # best first, TOP_FEATURES
     notes: list[str] = field(default_factory=list)
+    aligned_at: str = ""
 
     @property
     def standing_out(self) -> list[FeatureTest]:
@@ -199,11 +201,12 @@ class SignatureCorrelation:
             return "stands out: " + ", ".join(
                 f"{f.feature} ({f.in_failures}/{f.failures} failures vs "
                 f"{f.in_healthy}/{f.healthy} healthy, q={f.q:.2g})" for f in out[:3])
-        return (f"nothing stands out ({self.tested} features tested at begin:{self.step}, "
-                f"none at a {FDR:.0%} false-discovery rate)")
+        return (f"nothing stands out ({self.tested} features tested at "
+                f"{self.aligned_at or 'begin:' + self.step}, none at a {FDR:.0%} "
+                f"false-discovery rate)")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"signature": self.signature, "aligned_at": f"begin:{self.step}",
+        return {"signature": self.signature, "aligned_at": self.aligned_at or f"begin:{self.step}",
                 "failure_windows": self.failure_windows,
                 "healthy_windows": self.healthy_windows, "features_tested": self.tested,
                 "verdict": self.verdict(), "note": self.note,
@@ -211,39 +214,50 @@ class SignatureCorrelation:
 
 
 def correlate(sig: Signature, data: RunData,
-              healthy: list[Window] | None = None) -> SignatureCorrelation:
-    step = sig.last_step or ""
-    fails, unaligned = failure_windows(sig)
-    healthy = healthy if healthy is not None else healthy_windows(data, step)
-    strata = {w.pattern for w in fails}
-    comparable = [w for w in healthy if w.pattern in strata]
-    res = SignatureCorrelation(sig.id, step, len(fails), len(comparable), 0)
+              healthy: dict[str, list[Window]] | None = None) -> SignatureCorrelation:
+    """`healthy`: healthy windows per step (computed here when not given)."""
+    aligned, unaligned = failure_windows(sig)
+    steps = Counter(step for step, _ in aligned) or Counter({sig.last_step or "": 1})
+    main = steps.most_common(1)[0][0]
+    healthy = dict(healthy or {})
+    for step in steps:
+        if step not in healthy:
+            healthy[step] = healthy_windows(data, step)
+    # strata: (step, pattern) of the failures; healthy windows of the same step and pattern
+    by_f: dict[tuple[str, str], list[Window]] = defaultdict(list)
+    for step, w in aligned:
+        by_f[(step, w.pattern)].append(w)
+    by_h: dict[tuple[str, str], list[Window]] = defaultdict(list)
+    for step in steps:
+        for w in healthy[step]:
+            if (step, w.pattern) in by_f:
+                by_h[(step, w.pattern)].append(w)
+    fails = [w for _, w in aligned]
+    comparable = [w for ws in by_h.values() for w in ws]
+    res = SignatureCorrelation(sig.id, main, len(fails), len(comparable), 0)
+    where = f"begin:{main}" if len(steps) == 1 else "each failure's own step"
+    res.aligned_at = where
     if unaligned:
-        res.notes.append(f"{unaligned} failure(s) with no begin:{step} in their window "
-                         f"left out")
+        res.notes.append(f"{unaligned} failure(s) whose thread never began its step in the "
+                         f"window left out")
     if len(fails) < MIN_FAILURE_WINDOWS:
         res.notes.append(f"only {len(fails)} failure window(s): anecdotal")
     if len(comparable) < MIN_HEALTHY_WINDOWS:
-        res.notes.append(f"only {len(comparable)} healthy window(s) aligned at begin:{step} "
+        res.notes.append(f"only {len(comparable)} healthy window(s) aligned at {where} "
                          f"in the same patterns")
     if not fails or not comparable:
         return res
-    by_f: dict[str, list[Window]] = defaultdict(list)
-    by_h: dict[str, list[Window]] = defaultdict(list)
-    for w in fails:
-        by_f[w.pattern].append(w)
-    for w in comparable:
-        by_h[w.pattern].append(w)
     in_f: Counter[str] = Counter(x for w in fails for x in w.features)
     in_h: Counter[str] = Counter(x for w in comparable for x in w.features)
     cands = sorted(x for x in in_f if in_f[x] + in_h[x] >= MIN_TOTAL)
     pvals = []
     for x in cands:
         tables = []
-        for p in strata:
-            a = sum(x in w.features for w in by_f[p])
-            c = sum(x in w.features for w in by_h[p])
-            tables.append((a, len(by_f[p]) - a, c, len(by_h[p]) - c))
+        for stratum, fw in by_f.items():
+            hw = by_h.get(stratum, [])
+            a = sum(x in w.features for w in fw)
+            c = sum(x in w.features for w in hw)
+            tables.append((a, len(fw) - a, c, len(hw) - c))
         pvals.append(fisher_exact_stratified(tables, Alternative.GREATER))
     qvals = benjamini_hochberg(pvals)
     f, h = len(fails), len(comparable)
@@ -260,8 +274,8 @@ def correlate_all(data: RunData, sigs: Sequence[Signature]) -> list[SignatureCor
     cache: dict[str, list[Window]] = {}
     out = []
     for s in sigs:
-        step = s.last_step or ""
-        if step not in cache:
-            cache[step] = healthy_windows(data, step)
-        out.append(correlate(s, data, cache[step]))
+        for step in {r.get("step") or r.get("last_step") or "" for r in s.rows}:
+            if step not in cache:
+                cache[step] = healthy_windows(data, step)
+        out.append(correlate(s, data, cache))
     return out

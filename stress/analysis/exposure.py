@@ -46,14 +46,14 @@ ProcKey = tuple[str, int]
 
 def exposure_of(row: dict[str, Any]) -> Exposure:
     """What a failure row is an exposure of: its recorded `exposure` (m004), else a failure at
-    worker-exit is a process exit's, else the job's."""
+    worker-exit is a process exit's, else the job's (rows without a job add to the count but
+    hit no job)."""
     e = (row.get("exposure") or "").replace("_", " ")
     if e in ("process exit", "full teardown"):
         return Exposure(e)
-    if row.get("last_step") == "worker-exit" or row.get("job_index") is None and \
-            row.get("class") in ("teardown_hang", "crash"):
+    if row.get("last_step") == "worker-exit":
         return Exposure.PROCESS_EXIT
-    return Exposure.JOB
+    return Exposure.JOB  # a job-less failure (a worker's start-up) counts as an occurrence only
 
 
 def job_clusters(data: RunData) -> dict[JobKey, Hashable]:

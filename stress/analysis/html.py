@@ -148,7 +148,7 @@ def render(r: Report) -> str:
     for c in r.correlations:
         note = f'<p class="note">{html.escape(c.note)}</p>' if c.note else ""
         corr.append(f"<h3>HAL steps before {html.escape(c.signature)} (aligned at "
-                    f"begin:{html.escape(c.step)})</h3><p>{html.escape(c.verdict())}</p>{note}"
+                    f"{html.escape(c.aligned_at)})</h3><p>{html.escape(c.verdict())}</p>{note}"
                     + _table(rep.CORRELATION_HEAD, rep.correlation_rows(c)))
     factors = _table(rep.FACTOR_HEAD, rep.factor_rows(r)) + \
         (f'<p class="note">{html.escape(r.factors.note)}</p>' if r.factors.note else "")

@@ -37,7 +37,7 @@ class Finding:
         k = self.signature.key
         sig = f" {k.signal}" if k.signal else ""
         state = f" ({k.state})" if k.state else ""
-        return f"{k.cls}{sig}{state} at {k.step or '?'}"
+        return f"{k.cls}{sig}{state} at {self.signature.where_step()}"
 
     def frames(self) -> str:
         s = self.signature
@@ -258,7 +258,7 @@ CORRELATION_HEAD: tuple[str, ...] = ("feature", "in failures", "in healthy", "li
 def _correlation_lines(r: Report, markdown: bool) -> str:
     parts = []
     for c in r.correlations:
-        title = f"HAL steps before {c.signature} (aligned at begin:{c.step}): {c.verdict()}" \
+        title = f"HAL steps before {c.signature} (aligned at {c.aligned_at}): {c.verdict()}" \
             + (f" [{c.note}]" if c.note else "")
         parts.append(_table(title, CORRELATION_HEAD, correlation_rows(c), markdown))
     return "\n\n".join(parts)

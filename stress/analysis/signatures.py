@@ -16,6 +16,7 @@ split one mode by accidental concurrency); correlation.py ranks it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -37,6 +38,9 @@ DISPLAY_FRAMES: int = 8  # meaningful frames shown in reports (with their module
 _NON_STACK_CLASSES: frozenset[str] = frozenset({"error", "miscompare"})
 _HANG_CLASSES: frozenset[str] = frozenset({"hang", "teardown_hang"})
 _THREAD_STATES: frozenset[str] = frozenset({"busy", "blocked"})
+TEARDOWN: str = "teardown"
+TEARDOWN_STEPS: frozenset[str] = frozenset({"device-release", "driver-release", "gc",
+                                            "worker-exit"})  # journal.Step.is_teardown()
 
 
 # --- rules -----------------------------------------------------------------------------------
@@ -48,24 +52,49 @@ class Rules:
     irrelevant: tuple[re.Pattern[str], ...]
     prefix: tuple[re.Pattern[str], ...]
     signal_handler: tuple[re.Pattern[str], ...]
+    rename: tuple[tuple[re.Pattern[str], str], ...] = ()
 
     @staticmethod
-    def _load(path: Path) -> tuple[re.Pattern[str], ...]:
+    def _lines(path: Path) -> list[tuple[int, str]]:
+        if not path.exists():
+            return []
+        return [(n, line.strip()) for n, line in enumerate(path.read_text().splitlines(), 1)
+                if line.strip() and not line.strip().startswith("#")]
+
+    @staticmethod
+    def _compile(path: Path, n: int, text: str) -> re.Pattern[str]:
+        try:
+            return re.compile(text)
+        except re.error as exc:
+            raise ValueError(f"{path}:{n}: bad regular expression {text!r}: {exc}") from exc
+
+    @classmethod
+    def _load(cls, path: Path) -> tuple[re.Pattern[str], ...]:
+        return tuple(cls._compile(path, n, line) for n, line in cls._lines(path))
+
+    @classmethod
+    def _load_rename(cls, path: Path) -> tuple[tuple[re.Pattern[str], str], ...]:
         out = []
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            try:
-                out.append(re.compile(line))
-            except re.error as exc:
-                raise ValueError(f"{path}:{n}: bad regular expression {line!r}: {exc}") from exc
+        for n, line in cls._lines(path):
+            pat, sep, repl = line.partition(" => ")
+            if not sep:
+                raise ValueError(f"{path}:{n}: want `REGEX => REPLACEMENT`, got {line!r}")
+            out.append((cls._compile(path, n, pat.strip()), repl.strip()))
         return tuple(out)
 
     @classmethod
     def load(cls, folder: Path = SIGLISTS) -> Rules:
         return cls(cls._load(folder / "irrelevant.txt"), cls._load(folder / "prefix.txt"),
-                   cls._load(folder / "signal_handler.txt"))
+                   cls._load(folder / "signal_handler.txt"),
+                   cls._load_rename(folder / "normalize.txt"))
+
+    def renamed(self, f: Frame) -> Frame:
+        if f.function is None or f.python:
+            return f
+        name = f.function
+        for pat, repl in self.rename:
+            name = pat.sub(repl, name)
+        return f if name == f.function else dataclasses.replace(f, function=name)
 
 
 @functools.lru_cache(maxsize=4)
@@ -82,6 +111,7 @@ def meaningful(frames: list[Frame], r: Rules | None = None, crashed: bool = Fals
     the last signal handler frame. Consecutive repeats (unnamed frames of one library)
     collapse into one."""
     r = r or rules()
+    frames = [r.renamed(f) for f in frames]
     if crashed or any(_matches(r.signal_handler, f.text()) for f in frames):
         cut = [i for i, f in enumerate(frames) if _matches(r.signal_handler, f.text())]
         if cut:
@@ -118,6 +148,7 @@ class StackEvidence:
     display: tuple[str, ...] = ()  # meaningful frames with modules, for reports
     source: str = "none"  # which tool the frames came from
     thread_name: str = ""
+    tid: int | None = None  # the thread the frames are from
 
 
 def _folder_meta(folder: str | None) -> dict[str, Any]:
@@ -156,7 +187,7 @@ def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> 
         if not good and dump.tool is not StackTool.FAULTHANDLER:
             continue
         return StackEvidence(key_frames(good), tuple(f.display() for f in good[:DISPLAY_FRAMES]),
-                             dump.tool.describe(), th.name)
+                             dump.tool.describe(), th.name, th.tid)
     return StackEvidence(source=str(ev.get("stack_source") or "none"))
 
 
@@ -225,10 +256,11 @@ class Signature:
     rows: list[dict[str, Any]] = field(default_factory=list)
     jobs: set[exp.JobKey] = field(default_factory=set)  # jobs it hit
     procs: set[exp.ProcKey] = field(default_factory=set)  # processes it hit
-    exposure: exp.Exposure = exp.Exposure.JOB
     rate: Rate | None = None
     display: tuple[str, ...] = ()
     stack_sources: Counter[str] = field(default_factory=Counter)
+    steps: Counter[str] = field(default_factory=Counter)  # each failure's own step
+    exposures: Counter[exp.Exposure] = field(default_factory=Counter)
     patterns: Counter[str] = field(default_factory=Counter)
     programs: Counter[str] = field(default_factory=Counter)
     concurrency: Counter[str] = field(default_factory=Counter)  # workers x threads
@@ -241,6 +273,11 @@ class Signature:
     @property
     def id(self) -> str:
         return self.key.id
+
+    @property
+    def exposure(self) -> exp.Exposure:
+        """What the rate is per: the exposure most of its failures belong to."""
+        return self.exposures.most_common(1)[0][0] if self.exposures else exp.Exposure.JOB
 
     @property
     def cls(self) -> str:
@@ -260,7 +297,14 @@ class Signature:
         state = f" ({k.state})" if k.state else ""
         where = f" in {' < '.join(k.frames)}" if k.frames else ""
         msg = f": {k.message}" if k.message else ""
-        return f"{k.cls}{sig}{state} at {k.step or '?'}{where}{msg}"
+        return f"{k.cls}{sig}{state} at {self.where_step()}{where}{msg}"
+
+    def where_step(self) -> str:
+        """`device-release`, or for a teardown group its steps: `teardown (device-release 4,
+        driver-release 1)`."""
+        if self.key.step != TEARDOWN:
+            return self.key.step or "?"
+        return f"{TEARDOWN} (" + ", ".join(f"{k} {v}" for k, v in self.steps.most_common()) + ")"
 
     def others_share(self) -> dict[str, float]:
         """Share of this signature's failure rows during which another thread had each step
@@ -273,6 +317,7 @@ class Signature:
         return {"id": self.id, "key": self.key.text(), "class": self.cls,
                 "signal": self.key.signal, "last_step": self.last_step,
                 "thread_state": self.key.state or None, "frames": list(self.frames),
+                "steps": dict(self.steps.most_common()),
                 "stack": list(self.display), "stack_source": self.stack_sources.most_common(1)[0][0]
                 if self.stack_sources else "none",
                 "message": self.key.message, "count": self.count, "jobs_hit": len(self.jobs),
@@ -302,6 +347,39 @@ def others_in_flight(row: dict[str, Any]) -> tuple[str, ...]:
                          if ":" in e and (own is None or not e.startswith(own))}))
 
 
+_BOOKKEEPING_STEPS: frozenset[str] = frozenset({"job", "inject", "thread-start"})
+
+
+def failing_step(row: dict[str, Any], stack: StackEvidence | None = None) -> str | None:
+    """The step the failing thread was in. When the stack names a different thread than the
+    journal did (a core file's crashing thread), that thread's innermost in-flight step from
+    the row's raw entries (by native tid) wins over the recorded one."""
+    step = row.get("last_step")
+    tid = stack.tid if stack is not None else None
+    if tid is None or tid == _int(row.get("native_tid")):
+        return step
+    flight: list[str] = []
+    for e in sorted((e for e in row.get("steps") or [] if e.get("tid") == tid),
+                    key=lambda e: float(e.get("t") or 0)):
+        if e.get("step") in _BOOKKEEPING_STEPS:
+            continue
+        if e.get("phase") == "begin":
+            flight.append(e["step"])
+        elif e.get("phase") in ("end", "fail") and e.get("step") in flight:
+            flight.reverse()
+            flight.remove(e["step"])
+            flight.reverse()
+    return flight[-1] if flight else step
+
+
+def key_step(step: str | None, frames: tuple[str, ...]) -> str | None:
+    """The step as it enters the key. With native frames the teardown steps are one,
+    `teardown`: the same join or destructor runs from whichever release drops the last
+    reference (device release, driver release, gc, process exit), and which one that is
+    depends on the pattern, not on the fault. Without frames the step is all we have."""
+    return TEARDOWN if frames and step in TEARDOWN_STEPS else step
+
+
 def key_of(row: dict[str, Any], stack: StackEvidence | None = None) -> SignatureKey:
     cls = row["class"]
     if cls in _NON_STACK_CLASSES:
@@ -309,7 +387,8 @@ def key_of(row: dict[str, Any], stack: StackEvidence | None = None) -> Signature
                             message_key(row.get("message") or ""))
     stack = stack if stack is not None else failing_stack(row)
     return SignatureKey(cls, row.get("signal") if cls == "crash" else None,
-                        row.get("last_step"), thread_state(row), stack.frames, "")
+                        key_step(failing_step(row, stack), stack.frames), thread_state(row),
+                        stack.frames, "")
 
 
 def build(data: RunData) -> list[Signature]:
@@ -322,11 +401,14 @@ def build(data: RunData) -> list[Signature]:
         key = key_of(row, stack)
         s = sigs.get(key)
         if s is None:
-            s = sigs[key] = Signature(key, exposure=exp.exposure_of(row), display=stack.display)
+            s = sigs[key] = Signature(key, display=stack.display)
+        row = {**row, "step": failing_step(row, stack) or ""}  # the corrected step
         if row["class"] not in _NON_STACK_CLASSES:
             s.count += 1
             _place(s, row, conc)
         s.rows.append(row)
+        s.steps[row["step"]] += 1
+        s.exposures[exp.exposure_of(row)] += 1
         s.stack_sources[stack.source] += 1
         s.others.update(others_in_flight(row))
         _seen(s, row)
@@ -383,4 +465,5 @@ def _seen(s: Signature, row: dict[str, Any]) -> None:
     s.first_seen = t if s.first_seen is None else min(s.first_seen, t)
     s.last_seen = t if s.last_seen is None else max(s.last_seen, t)
     if s.example is None:
-        s.example = row.get("artifacts") or (row.get("message") or "")[:200]
+        message = (row.get("message") or "").strip()
+        s.example = row.get("artifacts") or (message.splitlines()[0][:200] if message else None)

@@ -9,9 +9,12 @@ design effect deff comes from the delete-one-cluster jackknife variance of the r
 Student t quantile on clusters - 1 degrees of freedom instead of z: with few clusters the
 variance estimate itself is uncertain. deff is never taken below 1 (clustering
 that looks helpful is noise in the variance estimate), and is 1 when there is no failure (no
-information on clustering; the interval is then the plain Wilson one). bench/interval_coverage.py
-simulates clustered, bursty failures and checks the 95% interval covers the true per-job rate
-(committed output in bench/results/interval_coverage.txt).
+information on clustering; the interval is then the plain Wilson one, which under-covers when
+failures cluster: bench/interval_coverage.py shows how much). With few processes the t quantile
+makes intervals wide on purpose: 500 jobs in 2 long-lived processes are worth little more than
+2 observations of "this process's rate"; more workers (or process-per-job) tighten them.
+bench/interval_coverage.py simulates clustered, bursty failures and checks the 95% interval
+covers the true per-job rate (committed output in bench/results/interval_coverage.txt).
 
 Also here: Fisher's exact test (plain and stratified, the exact conditional test of a common
 odds ratio of 1), Benjamini-Hochberg false-discovery-rate adjustment, directly standardised
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 
 Z95: float = 1.959963984540054
 CONFIDENCE: float = 0.95  # every interval in the reports; the gate passes its own
+FEW_CLUSTERS: int = 5  # fewer processes: the t quantile (df = processes - 1) is large; say so
 _BISECT_STEPS: int = 80  # t quantile by bisection: 2^-80 of the bracket, far below print
 _CF_ITERATIONS: int = 300  # continued fraction of the incomplete beta (converges in < 100)
 _CF_EPS: float = 1e-14
@@ -144,6 +148,8 @@ class Rate:
         pct = f"{self.confidence:.0%}"
         clu = f"; {self.clusters} processes, design effect {self.design_effect:.2g}" \
             if self.design_effect > 1.0 else f"; {self.clusters} processes"
+        if self.design_effect > 1.0 and self.clusters < FEW_CLUSTERS:
+            clu += ": few processes, wide on purpose"
         return (f"{self.failures}/{self.units} {self.unit}s = {fmt_rate(self.rate)} "
                 f"[{fmt_rate(self.low)}, {fmt_rate(self.high)}] ({pct}{clu})")
 

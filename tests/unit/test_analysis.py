@@ -190,3 +190,47 @@ def test_ids_are_a_hash_of_the_normalised_key_and_stable() -> None:
     assert k.id == signatures.SignatureKey(*[getattr(k, f) for f in (
         "cls", "signal", "step", "state", "frames", "message")]).id
     assert k.id.startswith("S") and len(k.id) == 9
+
+
+def test_cpu_specific_libc_variants_keep_one_id_across_machines() -> None:
+    def key(variant: str) -> tuple[str, ...]:
+        text = ("Program terminated with signal SIGSEGV, Segmentation fault.\n"
+                "[Current thread is 1 (Thread 0x7f (LWP 42))]\n\n"
+                "Thread 1 (Thread 0x7f (LWP 42)):\n"
+                f"#0  {variant} () at ../sysdeps/x86_64/multiarch/memset.S:178\n"
+                "#1  0x00007f in ?? () from /lib/x86_64-linux-gnu/libffi.so.8\n"
+                "#2  0x00007f in iree_hal_buffer_map_zero () from /x/libiree_runtime.so.3\n"
+                "#3  0x00007f in _PyEval_EvalFrameDefault () at Python/ceval.c:3113\n")
+        thread = stacks.parse_gdb(text).crashed
+        assert thread is not None
+        return signatures.key_frames(signatures.meaningful(thread.frames, crashed=True))
+
+    assert key("__memset_avx512_unaligned_erms") == key("__memset_avx2_unaligned") == \
+        ("memset", "iree_hal_buffer_map_zero")
+
+
+def test_the_crashing_threads_own_step_corrects_a_misattributed_one(tmp_path: Path) -> None:
+    """The journal blamed the thread in readback; the core says thread 5365 crashed, and the
+    row's raw entries show 5365 was releasing a device (a cross-thread job)."""
+    row = _row("crash", "readback", _folder(tmp_path, "a", "gdb_core_segv.txt"), tid=77,
+               signal="SIGSEGV")
+    row["steps"] = [{"t": 1, "tid": 77, "step": "readback", "phase": "begin", "failing": True},
+                    {"t": 2, "tid": 5365, "step": "job", "phase": "begin", "failing": False},
+                    {"t": 3, "tid": 5365, "step": "device-release", "phase": "begin",
+                     "failing": False}]
+    stack = signatures.failing_stack(row)
+    assert stack.tid == 5365
+    assert signatures.failing_step(row, stack) == "device-release"
+    key = signatures.key_of(row, stack)
+    assert key.step == "teardown" and key.frames[0] == "iree_fault_segv"
+
+
+def test_the_same_frames_at_device_and_driver_release_are_one_teardown_mode(
+        tmp_path: Path) -> None:
+    rows = [_row("crash", step, _folder(tmp_path, step, "gdb_core_segv.txt"), job=i,
+                 signal="SIGSEGV") for i, step in enumerate(("device-release", "driver-release"))]
+    rows.append(_row("crash", "invoke", None, job=5, signal="SIGSEGV"))  # no frames: own step
+    sigs = signatures.build(RunData([], jobs=_jobs(10), failures=rows))
+    assert sorted(s.key.step or "" for s in sigs) == ["invoke", "teardown"]
+    teardown = next(s for s in sigs if s.key.step == "teardown")
+    assert teardown.where_step() == "teardown (device-release 1, driver-release 1)"
