@@ -42,31 +42,57 @@ STACKS_TIMEOUT_S: float = _PYSPY_TIMEOUT_S + _GDB_TIMEOUT_S + _FAULTHANDLER_WAIT
 _MAX_PARALLEL_STACKS: int = 8  # py-spy/gdb processes at once in a GPU-wide stall: each uses
 #   a core for ~1 s; more only queues on the CPUs and delays the kill
 _KERNEL_LOG_LOOKBACK_S: float = 300.0  # without a start time: the last five minutes
+_D_STATE_RECHECK_S: float = 0.1  # a D state seen twice this far apart is a stuck wait (a
+#   driver ioctl), not a disk read passing by
 
 
 def dump_stacks(pid: int, stderr_path: Path | None = None,
-                timeout_s: float = STACKS_TIMEOUT_S) -> Stacks:
+                timeout_s: float = STACKS_TIMEOUT_S, *,
+                nonblocking: bool | None = None) -> Stacks:
     """Every thread's stack of *live* process `pid`: `py-spy dump --native` (native and
     Python frames), else `gdb -p` (or cuda-gdb) with `thread apply all bt` (native frames),
     else SIGUSR1 to the worker's faulthandler, whose Python frames are read from the new end
-    of `stderr_path`.
-    `Stacks.tool` says which; `Stacks.threads` holds each thread's native id (py-spy's
-    `Thread 1234`, gdb's `LWP 1234`) and frames. Each tool is killed at its own bound and the
-    whole call at about `timeout_s`; never raises. The process is paused while a tool reads
-    it: sample busy/blocked (procstate.sample) first."""
+    of `stderr_path`. `Stacks.tool` says which; `Stacks.threads` holds each thread's native
+    id (py-spy's `Thread 1234`, gdb's `LWP 1234`) and frames.
+
+    A thread in uninterruptible wait (D: a driver ioctl that never returns) cannot be
+    stopped, so every native unwinder would block until its bound: then only
+    `py-spy dump --nonblocking` (Python frames, the process not paused) and faulthandler are
+    tried, and the note says why; the D thread's kernel stack is in `procstate`'s samples.
+    `nonblocking=None` decides that from two reads of the thread states 0.1 s apart;
+    `collect_many` passes what its sampling window saw.
+
+    Each tool is killed at its own bound and the whole call at about `timeout_s`; never
+    raises. The process is paused while a native tool reads it: sample busy/blocked
+    (procstate.sample) first."""
     t_end = time.monotonic() + timeout_s
     notes: list[str] = []
 
     def left(cap: float) -> float:
         return max(0.5, min(cap, t_end - time.monotonic()))
 
+    if nonblocking is None:
+        nonblocking = bool(_stuck_in_d(pid))
     pyspy = find_pyspy()
+    if nonblocking:
+        notes.append("a thread is in uninterruptible wait (D): native stacks would block, "
+                     "Python frames only; see threads.json for kernel stacks")
+        if pyspy:
+            run = procstate.run_bounded([pyspy, "dump", "--nonblocking", "--pid", str(pid)],
+                                        left(_PYSPY_TIMEOUT_S))
+            threads = postmortem.parse_pyspy(run.stdout)
+            if run.rc == 0 and threads:
+                return Stacks(StackSource.PYSPY_NONBLOCKING, run.stdout, threads=threads,
+                              note="; ".join(notes))
+            notes.append(f"py-spy: {run.error or run.stderr.strip()[:200] or run.describe()}")
+        return _faulthandler(pid, stderr_path, notes)
     if pyspy:
         run = procstate.run_bounded([pyspy, "dump", "--native", "--pid", str(pid)],
                                     left(_PYSPY_TIMEOUT_S))
-        if run.rc == 0 and run.stdout.strip():
-            return Stacks(StackSource.PYSPY, run.stdout,
-                          threads=postmortem.parse_pyspy(run.stdout), note="; ".join(notes))
+        threads = postmortem.parse_pyspy(run.stdout)
+        if run.rc == 0 and threads:
+            return Stacks(StackSource.PYSPY, run.stdout, threads=threads,
+                          note="; ".join(notes))
         notes.append(f"py-spy: {run.error or run.stderr.strip()[:200] or run.describe()}")
     else:
         notes.append("py-spy not found")
@@ -83,6 +109,19 @@ def dump_stacks(pid: int, stderr_path: Path | None = None,
         notes.append(f"gdb: {run.error or 'no threads'}")
     else:
         notes.append("gdb or cuda-gdb not found")
+    return _faulthandler(pid, stderr_path, notes)
+
+
+def _stuck_in_d(pid: int) -> set[int]:
+    """Threads of `pid` in D state in two reads 0.1 s apart (a passing disk wait is not)."""
+    first = {t.tid for t in procstate.thread_states(pid) if t.state == "D"}
+    if not first:
+        return set()
+    time.sleep(_D_STATE_RECHECK_S)
+    return first & {t.tid for t in procstate.thread_states(pid) if t.state == "D"}
+
+
+def _faulthandler(pid: int, stderr_path: Path | None, notes: list[str]) -> Stacks:
     before = stderr_path.stat().st_size if stderr_path and stderr_path.exists() else 0
     try:
         os.kill(pid, signal.SIGUSR1)
@@ -197,7 +236,9 @@ def collect_many(pids: Sequence[int], *, stderr_paths: Mapping[int, Path] | None
     pool = ThreadPoolExecutor(max_workers=max(1, min(len(pids), _MAX_PARALLEL_STACKS)),
                               thread_name_prefix="stacks")
     try:
-        futures = {pid: pool.submit(dump_stacks, pid, paths.get(pid), timeout_s)
+        futures = {pid: pool.submit(dump_stacks, pid, paths.get(pid), timeout_s,
+                                    nonblocking=any(s.first_state == "D" == s.last_state
+                                                    for s in samples.get(pid, {}).values()))
                    for pid in pids}
         deadline = time.monotonic() + timeout_s + 2 * _FAULTHANDLER_WAIT_S
         for pid, fut in futures.items():

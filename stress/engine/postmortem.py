@@ -47,7 +47,9 @@ class StackSource(str, Enum):
     """Which path produced a stack, best first; a str, so it serializes to JSON as its value.
     Post-mortem (a dead process): core+gdb, core+pystack, core+py-spy (Python frames only),
     kernel-log (the faulting library and offset), faulthandler (Python frames from stderr).
-    Live (a hung process): py-spy, gdb attach, faulthandler via SIGUSR1."""
+    Live (a hung process): py-spy --native, gdb attach, faulthandler via SIGUSR1; py-spy
+    --nonblocking (Python frames only) when a thread is in uninterruptible wait (D), where
+    every ptrace stop, and so every native unwinder, blocks until the wait ends."""
 
     CORE_GDB = "core+gdb"
     CORE_PYSTACK = "core+pystack"
@@ -55,6 +57,7 @@ class StackSource(str, Enum):
     KERNEL_LOG = "kernel-log"
     FAULTHANDLER = "faulthandler"
     PYSPY = "py-spy dump --native"
+    PYSPY_NONBLOCKING = "py-spy dump --nonblocking"
     GDB_ATTACH = "gdb attach"
     NONE = "none"
 
@@ -108,16 +111,19 @@ class Stacks:
         return None
 
     def crash_frames(self) -> list[str]:
-        """The crashed thread's frames from the one that faulted outward: frames above gdb's
-        "<signal handler called>" (faulthandler's re-raise, libc's raise) are cut off, so
-        `crash_frames()[0]` is the function that took the signal. [] when unknown."""
+        """The crashed thread's frames from the one that faulted outward: when the thread
+        died re-raising from a handler (faulthandler's, then libc's raise/pthread_kill above
+        gdb's "<signal handler called>"), those frames are cut off, so `crash_frames()[0]` is
+        the function that took the signal. [] when unknown."""
         t = self.thread(self.crashed_tid)
         if t is None:
             return []
         frames = t.frames
-        for i in range(len(frames) - 1, -1, -1):
-            if "signal handler called" in frames[i]:
-                return frames[i + 1:]
+        for i, frame in enumerate(frames):
+            if "signal handler called" in frame:
+                if any(_RERAISE.search(f) for f in frames[:i]):
+                    return frames[i + 1:]
+                break  # it faulted inside a handler: the handler's frames are the crash
         return frames
 
     def summary(self) -> dict[str, Any]:
@@ -141,6 +147,8 @@ class Stacks:
 
 
 # ---- parsers (pure) ---------------------------------------------------------------------
+# Frames of a fatal-signal handler that re-raises (faulthandler, then libc's raise/kill).
+_RERAISE = re.compile(r"faulthandler|raise|pthread_kill|^kill$|tgkill")
 _GDB_THREAD = re.compile(r'^Thread \d+ \(.*?LWP (\d+)\)?(?: "([^"]*)")?\)?:')
 _GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(<signal handler called>|\S+?)"
                         r"(?: \(|$| from )")

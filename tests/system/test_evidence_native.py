@@ -6,6 +6,8 @@ blocks in native code, and the evidence names the native frame and the thread.""
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -58,6 +60,22 @@ for name, fn in (("spinner", lib.iree_fault_spin), ("blocker", lib.iree_fault_bl
 while len(tids) < 2:
     time.sleep(0.01)
 print(tids["spinner"], tids["blocker"], flush=True)
+time.sleep(600)
+"""
+
+
+# A thread stuck in D state (tests/native/dstate.c), the main thread sleeping.
+STUCK_IN_D = """
+import ctypes, sys, threading, time
+lib = ctypes.CDLL(sys.argv[1])
+tid = []
+def run():
+    tid.append(threading.get_native_id())
+    lib.iree_stuck_in_d()
+threading.Thread(target=run, name="ioctl", daemon=True).start()
+while not tid:
+    time.sleep(0.01)
+print(tid[0], flush=True)
 time.sleep(600)
 """
 
@@ -251,3 +269,56 @@ def test_live_stacks_carry_each_thread_native_id(spinners: list[tuple[int, int, 
 
     assert {pid, spin, block} <= {t.tid for t in stacks.threads}
     assert stacks.render().startswith(f"# {stacks.tool.value}\n")
+
+
+@pytest.fixture
+def stuck_in_d(tmp_path: Path) -> tuple[int, int]:
+    """A Python process with one thread in uninterruptible wait: (pid, that thread's tid)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    lib = tmp_path / "libdstate.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-g", "-o", str(lib),
+                    str(REPO / "tests" / "native" / "dstate.c")], check=True)
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_IN_D, str(lib)],
+                            stdout=subprocess.PIPE, text=True, env=child_env(),
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        tid = int(proc.stdout.readline())
+        for _ in range(500):  # the vfork happens right after the print
+            t = procstate.read_thread(proc.pid, tid, details=False)
+            if t is not None and t.state == "D":
+                break
+            time.sleep(0.01)
+        else:
+            pytest.skip("vfork's wait does not show as D state here")
+        yield proc.pid, tid
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the paused vfork child too
+        proc.wait()
+
+
+def test_a_thread_in_d_state_gives_python_stacks_without_blocking_on_ptrace(
+        stuck_in_d: tuple[int, int]) -> None:
+    pid, tid = stuck_in_d
+
+    ev = evidence.collect_many([pid], window_s=0.3)
+
+    proc = ev.processes[pid]
+    assert proc.samples[tid].first_state == proc.samples[tid].last_state == "D"
+    assert proc.samples[tid].activity is Activity.BLOCKED
+    assert proc.stacks.tool is StackSource.PYSPY_NONBLOCKING, proc.stacks.note
+    assert "uninterruptible wait (D)" in proc.stacks.note
+    stack = proc.stacks.thread(tid)
+    assert stack is not None and "Thread.run" in stack.frames
+    assert procstate.thread_ids(pid), "evidence must not kill the process"
+
+
+def test_dump_stacks_alone_notices_the_d_state_thread(stuck_in_d: tuple[int, int]) -> None:
+    pid, tid = stuck_in_d
+
+    stacks = evidence.dump_stacks(pid)
+
+    assert stacks.tool is StackSource.PYSPY_NONBLOCKING, stacks.note
+    assert tid in {t.tid for t in stacks.threads}

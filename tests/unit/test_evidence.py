@@ -171,6 +171,15 @@ def test_crash_frames_start_at_the_function_that_faulted_not_at_the_re_raise() -
     assert "# thread 5113 took SIGSEGV; crashing frames: iree_fault_segv < ??" in stacks.render()
 
 
+def test_a_fault_inside_a_signal_handler_keeps_the_handler_frames() -> None:
+    threads = [postmortem.ThreadStack(9, None, ["on_sigterm", "<signal handler called>",
+                                                "epoll_wait", "main"])]
+    stacks = postmortem.Stacks(StackSource.CORE_GDB, "", 9, threads=threads)
+
+    assert stacks.crash_frames() == ["on_sigterm", "<signal handler called>", "epoll_wait",
+                                     "main"]
+
+
 PYSPY_LIVE = """\
 Process 5315: /venv/bin/python hang.py
 Python v3.11.7 (/venv/bin/python)
