@@ -193,8 +193,8 @@ def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> 
 
 def thread_state(row: dict[str, Any]) -> str:
     """busy | blocked for hangs (issue 17 item 5: the failing thread's CPU use across the
-    evidence window), else "". Read from the row's evidence (`threads` {tid: {state}}, or
-    `busy_tids` / `blocked_tids`), else from failure.json."""
+    evidence window), else "". Read from the row's evidence (`activity` of `activity_tid`,
+    `threads` {tid: {state}}, or `busy_tids` / `blocked_tids`), else from failure.json."""
     if row["class"] not in _HANG_CLASSES:
         return ""
     meta = _folder_meta(row.get("artifacts"))
@@ -202,6 +202,10 @@ def thread_state(row: dict[str, Any]) -> str:
     if tid is None:
         return ""
     for ev in (row.get("evidence") or {}, meta):
+        act = ev.get("activity")
+        if isinstance(act, str) and act.lower() in _THREAD_STATES and \
+                _int(ev.get("activity_tid")) in (None, tid):
+            return act.lower()
         threads = ev.get("threads")
         info = threads.get(str(tid)) if isinstance(threads, dict) else None
         state = info.get("state") or info.get("activity") if isinstance(info, dict) else None

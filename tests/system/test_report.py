@@ -1,22 +1,22 @@
-"""iree-stress report (issue #5): signatures ranked and named, correlation tops, HTML that a
-browser renders, JUnit that validates."""
+"""iree-stress report (issues 5 and 9): real soaks with real faults; one signature per failure
+mode across workers, threads and library versions; correlation that finds another thread's
+step; the answer first in every format; HTML that a browser renders, JUnit that validates."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import TEST_CACHE, run_cli
+from tests.conftest import REPO, run_cli
 
 pytestmark = pytest.mark.system
+
+JUNIT_XSD = REPO / "tests" / "data" / "junit-10.xsd"  # Jenkins' schema, from pytest's sources
+PROGRAMS = "unary.*.f32.*"
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory,
     """Faults at two steps, five times more likely at invoke than at upload (each step runs
     once per invocation, so the invoke signature must come out ~5x as frequent)."""
     run = tmp_path_factory.mktemp("report") / "run"
-    res = run_cli("soak", "--target", "cpu", "--programs", "unary.*.f32.*", "--workers", "2",
+    res = run_cli("soak", "--target", "cpu", "--programs", PROGRAMS, "--workers", "2",
                   "--duration", "30s", "--seed", "21", "--inject", "segv@invoke:0.005",
                   "--inject", "segv@upload:0.0015", "--json", "-q", "--results", str(run))
     assert res.rc == 1, res.stderr[-2000:]
@@ -42,36 +42,51 @@ def test_report_ranks_the_two_injected_signatures_and_names_their_steps(
     assert [s["last_step"] for s in sigs[:2]] == ["invoke", "upload"]
     assert sigs[0]["count"] > sigs[1]["count"] >= 1
     assert all(s["class"] == "crash" and s["signal"] == "SIGSEGV" for s in sigs[:2])
-    assert sigs[0]["ci_low"] <= sigs[0]["rate_per_1k"] <= sigs[0]["ci_high"]
+    rate = sigs[0]["rate"]
+    assert rate["unit"] == "job" and rate["ci_low"] <= rate["rate"] <= rate["ci_high"]
+    assert [f["id"] for f in rep["first_screen"]] == [s["id"] for s in sigs[:6]]
     by_id = {c["signature"]: c for c in rep["correlation"]}
     for s in sigs[:2]:
         corr = by_id[s["id"]]
-        feats = corr["features"]
-        if feats[0]["failure_windows"] >= 5:
-            assert s["last_step"] in feats[0]["feature"], (s["id"], feats[:3])
-            assert feats[0]["lift"] > 1.5
-        else:  # the report says so, and a handful of windows cannot order rare features
-            assert "anecdotal" in corr["note"]
-            assert any(s["last_step"] in x["feature"] for x in feats[:3]), (s["id"], feats[:3])
-    assert rep["healthy_windows"] >= 30  # the report flags fewer as too few
+        assert corr["aligned_at"] == f"begin:{s['last_step']}"
+        # the key is not restated: nothing at or after the failing step of the failing thread
+        assert not any("fail:" in x["feature"] or x["feature"].endswith(f"begin:{s['last_step']}")
+                       and x["feature"].startswith("this thread just before")
+                       for x in corr["features"])
+        assert corr["verdict"].startswith(("nothing stands out", "stands out"))
+    assert rep["healthy_windows"] >= 30
 
 
 def test_soak_summary_lists_the_top_signatures(faulty_run: tuple[Path, dict[str, Any]]) -> None:
     _, summary = faulty_run
     sigs = summary["signatures"]
-    assert sigs and {"id", "class", "count", "rate_per_1k", "ci_low", "ci_high", "last_step",
-                     "patterns", "example"} <= set(sigs[0])
+    assert sigs and {"id", "class", "count", "rate_per_exposure", "ci_low", "ci_high",
+                     "exposure", "last_step", "frames", "patterns", "example"} <= set(sigs[0])
     assert sigs[0]["last_step"] == "invoke" and Path(sigs[0]["example"]).is_dir()
 
 
-def test_text_and_markdown_reports_show_signatures_and_correlation(
-        faulty_run: tuple[Path, dict[str, Any]]) -> None:
+def test_text_and_markdown_reports_answer_first(faulty_run: tuple[Path, dict[str, Any]]) -> None:
     run, summary = faulty_run
     text = run_cli("report", str(run)).stdout
-    assert "Failure signatures" in text and "HAL steps before" in text
-    assert summary["signatures"][0]["id"] in text
+    assert text.startswith("ANSWER") and "Failure signatures" in text
+    assert "HAL steps before" in text
+    assert summary["signatures"][0]["id"] in text.split("Failure signatures")[0]
     md = run_cli("report", str(run), "--format", "markdown").stdout
-    assert md.startswith("# iree-stress report") and "| feature | in failures |" in md
+    assert md.startswith("# iree-stress report\n\n## Answer") and "| feature | in failures |" in md
+
+
+def test_a_known_signature_is_shown_apart_and_does_not_fail_the_report(
+        faulty_run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    run, summary = faulty_run
+    known = tmp_path / "known.toml"
+    ids = [s["id"] for s in summary["signatures"]]
+    known.write_text("".join(f'[[known]]\nsignature = "{i}"\nnote = "seen before"\n'
+                             for i in ids))
+    res = run_cli("report", str(run), "--known", str(known), "--format", "json")
+    assert res.rc == 0
+    rep = res.json()
+    assert rep["new_signatures"] == [] and rep["known_signatures"][:len(ids)] == ids
+    assert all(f["status"] == "known" for f in rep["first_screen"])
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -96,6 +111,7 @@ def test_html_report_opens_in_a_headless_browser_and_shows_its_plots(
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.on("request", lambda r: requests.append(r.url))
         page.goto(out.as_uri())
+        assert page.locator("#answer li").count() >= 2
         plots = page.locator("svg.plot")
         assert plots.count() == 4
         for i in range(4):
@@ -110,39 +126,16 @@ def test_html_report_opens_in_a_headless_browser_and_shows_its_plots(
     assert requests == [out.as_uri()]  # self-contained: nothing else is fetched
 
 
-def junit_xsd() -> Path | None:
-    """The Jenkins JUnit schema, as shipped in pytest's source distribution."""
-    dest = TEST_CACHE / "junit-10.xsd"
-    if dest.exists():
-        return dest
-    tmp = TEST_CACHE / "sdist"
-    tmp.mkdir(parents=True, exist_ok=True)
-    got = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-                          ":all:", "pytest==8.3.4", "-d", str(tmp), "-q"],
-                         capture_output=True, text=True, env={**os.environ})
-    if got.returncode != 0:
-        return None
-    with tarfile.open(next(tmp.glob("pytest-*.tar.gz"))) as tar:
-        member = tar.getmember("pytest-8.3.4/testing/example_scripts/junit-10.xsd")
-        data = tar.extractfile(member)
-        assert data is not None
-        dest.write_bytes(data.read())
-    return dest
-
-
 def test_junit_output_validates_against_the_jenkins_junit_schema(
         faulty_run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     import xml.etree.ElementTree as ET
 
     import xmlschema
 
-    xsd = junit_xsd()
-    if xsd is None:
-        pytest.skip("could not fetch the JUnit schema (pytest sdist) from the package index")
     run, summary = faulty_run
     out = tmp_path / "junit.xml"
     run_cli("report", str(run), "--junit", str(out))
-    xmlschema.XMLSchema(str(xsd)).validate(str(out))
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(out))
     root = ET.parse(out).getroot()
     cases = root.findall("./testsuite/testcase")
     errors = root.findall("./testsuite/testcase/error")
@@ -151,3 +144,79 @@ def test_junit_output_validates_against_the_jenkins_junit_schema(
     assert any(summary["signatures"][0]["id"] in (e.get("message") or "") for e in errors)
     assert all(c.get("classname", "").startswith("soak.") for c in cases)
     assert json.dumps(summary)  # the summary itself stays serialisable
+
+
+# --- issue 9's done-when, with the runtime fault library (tests/native/libfault.c) ------------
+
+def _fault_soak(run: Path, lib: Path, mode: str, prob: str, seed: int,
+                *extra: str) -> dict[str, Any]:
+    res = run_cli("soak", "--target", "cpu", "--programs", PROGRAMS, "--workers", "3",
+                  "--threads", "2", "--duration", "8s", "--timeout", "2s",
+                  "--teardown-timeout", "2s", "--seed", str(seed), "--env",
+                  f"LD_PRELOAD={lib}", "--env", f"IREE_FAULT_JOIN={mode}", "--env",
+                  f"IREE_FAULT_JOIN_PROB={prob}", "-q", "--json", "--results", str(run),
+                  *extra, timeout=300)
+    assert res.rc == 1, (res.rc, res.stderr[-2000:])
+    rep = run_cli("report", str(run), "--format", "json")
+    assert rep.rc == 1, rep.stderr[-2000:]
+    return rep.json()  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+def test_a_join_fault_gives_one_signature_per_mode_across_workers_threads_and_versions(
+        tmp_path: Path, fault_lib: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """3 workers x 2 threads; the runtime's pthread_join crashes (or blocks) while a device is
+    released. Before: 8 crashes gave 4 signatures, 4 stalls 3."""
+    v1, v2 = fault_lib, fault_lib.with_name("libfault.so.2")
+    crash1 = _fault_soak(tmp_path / "segv1", v1, "segv", "0.2", 1)
+    crash2 = _fault_soak(tmp_path / "segv2", v2, "segv", "0.2", 2)
+    stall = _fault_soak(tmp_path / "block", v1, "block", "0.05", 3)
+    ids = []
+    for rep, cls, frame in ((crash1, "crash", "iree_fault_segv"),
+                            (crash2, "crash", "iree_fault_segv"),
+                            (stall, "teardown_hang", "iree_fault_block")):
+        mine = [s for s in rep["signatures"] if s["class"] == cls]
+        assert len(mine) == 1, [s["description"] for s in rep["signatures"]]
+        s = mine[0]
+        assert s["frames"][0] == frame and "pthread_join" in s["frames"]
+        assert s["count"] >= 2 and len(s["steps"]) >= 1
+        ids.append(s["id"])
+    assert ids[0] == ids[1]  # libfault.so.1 and libfault.so.2: the same id
+    assert [s for s in stall["signatures"] if s["class"] == "teardown_hang"][0][
+        "thread_state"] == "blocked"
+
+
+@pytest.mark.slow
+def test_a_fault_only_while_another_thread_creates_a_device_tops_the_correlation(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    run = tmp_path / "run"
+    res = run_cli("soak", "--target", "cpu", "--patterns", "churn", "--programs", PROGRAMS,
+                  "--workers", "2", "--threads", "4", "--duration", "60s", "--seed", "4",
+                  "--inject", "segv@device-release:1?while=device-create", "-q", "--json",
+                  "--results", str(run), timeout=600)
+    assert res.rc == 1, res.stderr[-2000:]
+    rep = run_cli("report", str(run), "--format", "json").json()
+    sig = rep["signatures"][0]
+    corr = next(c for c in rep["correlation"] if c["signature"] == sig["id"])
+    assert corr["features"][0]["feature"] == "other thread in flight: device-create", corr
+    assert corr["features"][0]["stands_out"], corr
+
+
+@pytest.mark.slow
+def test_a_fault_independent_of_other_threads_mostly_gets_nothing_stands_out(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """At a 5% false-discovery rate a run says "stands out" by chance about once in 20: 2 of 3
+    seeded runs quiet keeps this test from flaking (the 9-of-10 check over synthetic windows
+    is in tests/unit/test_analysis_correlation.py)."""
+    quiet = 0
+    for seed in (1, 2, 3):
+        run = tmp_path / f"run{seed}"
+        res = run_cli("soak", "--target", "cpu", "--patterns", "churn,per-call", "--programs",
+                      PROGRAMS, "--workers", "2", "--threads", "3", "--duration", "15s",
+                      "--seed", str(seed), "--inject", "segv@device-release:0.01", "-q",
+                      "--json", "--results", str(run), timeout=300)
+        assert res.rc == 1, res.stderr[-2000:]
+        rep = run_cli("report", str(run), "--format", "json").json()
+        corr = rep["correlation"][0]
+        quiet += corr["verdict"].startswith("nothing stands out")
+    assert quiet >= 2
