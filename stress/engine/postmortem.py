@@ -410,6 +410,37 @@ def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S
                         "a full disk or an unwritable cwd prevent one)")
 
 
+def discard_core(pid: int, cwd: Path) -> Path | None:
+    """Delete the core of dead process `pid` without reading it (past the evidence-folder
+    cap, or a worker that died while being killed): its path, or None when there was none.
+    Never waits for a pipe handler; never touches another process's core."""
+    pattern, uses_pid = read_core_pattern()
+    for g in core_globs(pattern, pid, cwd, uses_pid=uses_pid):
+        for hit in glob.glob(g):
+            notes = read_core_notes(Path(hit))
+            if notes is not None and notes.pid == pid:
+                try:
+                    os.unlink(hit)
+                except OSError:
+                    return None
+                return Path(hit)
+    return None
+
+
+def sweep_cores(run_dir: Path) -> list[Path]:
+    """Delete every ELF core file left under RUN_DIR/cores (at the end of a run: cores of
+    crashes nobody read). Returns what was deleted; other files are left alone."""
+    gone = []
+    for path in sorted((run_dir / CORES_FOLDER).glob("*/*")):
+        if path.is_file() and read_core_notes(path) is not None:
+            try:
+                path.unlink()
+                gone.append(path)
+            except OSError:
+                pass
+    return gone
+
+
 def _mtime(path: str) -> float:
     try:
         return os.stat(path).st_mtime

@@ -120,6 +120,25 @@ def test_a_stale_core_of_another_process_is_neither_read_nor_deleted(tmp_path: P
     assert stacks.core is None
 
 
+def test_discarding_a_core_deletes_only_that_process_core(tmp_path: Path) -> None:
+    mine = fake_core(tmp_path / "core.41", pid=41, tids=[41], signum=11)
+    other = fake_core(tmp_path / "core", pid=42, tids=[42], signum=11)
+
+    assert postmortem.discard_core(41, tmp_path) == mine
+    assert not mine.exists() and other.exists()
+    assert postmortem.discard_core(41, tmp_path) is None
+
+
+def test_sweeping_a_run_deletes_left_over_cores_and_nothing_else(tmp_path: Path) -> None:
+    w0, w1 = postmortem.core_dir(tmp_path, "w0"), postmortem.core_dir(tmp_path, "w1")
+    cores = [fake_core(w0 / "core", 5, [5], 11), fake_core(w1 / "core.6", 6, [6], 6)]
+    (w1 / "notes.txt").write_text("not a core")
+
+    assert postmortem.sweep_cores(tmp_path) == cores
+    assert [p.name for p in w1.iterdir()] == ["notes.txt"]
+    assert w0 == tmp_path / "cores" / "w0" and w0.is_dir()
+
+
 def test_with_no_core_and_no_report_the_stack_says_none_and_why(tmp_path: Path) -> None:
     stacks = postmortem.native_stacks(os.getpid(), "/usr/bin/python3", tmp_path, "", 10,
                                       since_wall=4e9)
