@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stress.engine import postmortem, procstate, telemetry
-from stress.engine.postmortem import Stacks, StackSource, ThreadStack, find_pyspy
+from stress.engine import callstacks, postmortem, procstate, telemetry
+from stress.engine.callstacks import Stacks, StackSource, ThreadStack, find_pyspy
 from stress.programs.cache import atomic_write
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def dump_stacks(pid: int, stderr_path: Path | None = None,
         if pyspy:
             run = procstate.run_bounded([pyspy, "dump", "--nonblocking", "--pid", str(pid)],
                                         left(_PYSPY_TIMEOUT_S))
-            threads = postmortem.parse_pyspy(run.stdout)
+            threads = callstacks.parse_pyspy(run.stdout)
             if run.rc == 0 and threads:
                 return Stacks(StackSource.PYSPY_NONBLOCKING, run.stdout, threads=threads,
                               note="; ".join(notes))
@@ -89,20 +89,20 @@ def dump_stacks(pid: int, stderr_path: Path | None = None,
     if pyspy:
         run = procstate.run_bounded([pyspy, "dump", "--native", "--pid", str(pid)],
                                     left(_PYSPY_TIMEOUT_S))
-        threads = postmortem.parse_pyspy(run.stdout)
+        threads = callstacks.parse_pyspy(run.stdout)
         if run.rc == 0 and threads:
             return Stacks(StackSource.PYSPY, run.stdout, threads=threads,
                           note="; ".join(notes))
         notes.append(f"py-spy: {run.error or run.stderr.strip()[:200] or run.describe()}")
     else:
         notes.append("py-spy not found")
-    gdb = postmortem.find_gdb()
+    gdb = callstacks.find_gdb()
     if gdb:
         run = procstate.run_bounded(
             [gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off", "-iex",
              "set auto-load python-scripts off", "-ex", "set pagination off", "-ex",
              "thread apply all bt", "-p", str(pid)], left(_GDB_TIMEOUT_S))
-        threads, _ = postmortem.parse_gdb(run.stdout)
+        threads, _ = callstacks.parse_gdb(run.stdout)
         if threads:
             return Stacks(StackSource.GDB_ATTACH, run.stdout, threads=threads,
                           note="; ".join(notes))

@@ -9,7 +9,7 @@ the signal (from the core's own notes), and deletes the core: a Python + IREE pr
 hundreds of MiB. When there is no core the kernel log's segfault line, then faulthandler's text,
 stand in; `Stacks.tool` always says which path produced the stack.
 
-Also the stack types shared with live-hang stacks (`evidence.dump_stacks`) and their parsers.
+The stack types and parsers live in `callstacks` (shared with live-hang stacks).
 """
 
 from __future__ import annotations
@@ -17,219 +17,39 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
-import re
 import resource
 import shutil
 import struct
 import sys
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from stress.engine import procstate
+from stress.engine.callstacks import (
+    Stacks,
+    StackSource,
+    faulthandler_text,
+    find_gdb,
+    find_pyspy,
+    kernel_fault_lines,
+    parse_gdb,
+    parse_pyspy,
+    parse_pystack,
+)
 
-_CORE_LIMIT_BYTES: int = 4 << 30  # a Python + IREE worker's core is ~50-500 MiB (anonymous
-#   memory; file-backed and device mappings are not dumped by default). The cap keeps a runaway
-#   heap from filling the run's disk: a truncated core still holds every thread's registers
-NATIVE_STACKS_TIMEOUT_S: float = 30.0  # gdb reads a 15 MiB Python core in ~0.3 s here; symbol
-#   loading for a large IREE runtime with debug info takes seconds more on a loaded machine
+_CORE_LIMIT_BYTES: int = 4 << 30  # measured: a Python + IREE local-task process's core is
+#   107 MiB here; a Python process holding a CUDA context (torch) 901 MiB on the H200. The cap
+#   keeps a runaway heap from filling the run's disk; a truncated core still holds every
+#   thread's registers (the notes come first)
+NATIVE_STACKS_TIMEOUT_S: float = 30.0  # measured: gdb + py-spy read the 107 MiB core in 0.7 s
+#   here, cuda-gdb + py-spy the 901 MiB CUDA one in 9.4 s on the H200; 3x that for a loaded box
 _PIPE_CORE_WAIT_S: float = 5.0  # a |pipe handler (systemd-coredump) stores the core after the
 #   process is gone: give it this long to appear in `coredumpctl`
 _MIN_TOOL_S: float = 1.0  # never start a tool with less than this left of the budget
 _PR_SET_DUMPABLE: int = 4  # linux prctl
 CORES_FOLDER: str = "cores"  # under the run folder: one subfolder per worker, its cwd
-
-
-class StackSource(str, Enum):
-    """Which path produced a stack, best first; a str, so it serializes to JSON as its value.
-    Post-mortem (a dead process): core+gdb, core+pystack, core+py-spy (Python frames only),
-    kernel-log (the faulting library and offset), faulthandler (Python frames from stderr).
-    Live (a hung process): py-spy --native, gdb attach, faulthandler via SIGUSR1; py-spy
-    --nonblocking (Python frames only) when a thread is in uninterruptible wait (D), where
-    every ptrace stop, and so every native unwinder, blocks until the wait ends."""
-
-    CORE_GDB = "core+gdb"
-    CORE_PYSTACK = "core+pystack"
-    CORE_PYSPY = "core+py-spy"
-    KERNEL_LOG = "kernel-log"
-    FAULTHANDLER = "faulthandler"
-    PYSPY = "py-spy dump --native"
-    PYSPY_NONBLOCKING = "py-spy dump --nonblocking"
-    GDB_ATTACH = "gdb attach"
-    NONE = "none"
-
-    def __str__(self) -> str:
-        return self.value
-
-    def describe(self) -> str:
-        native = self in (StackSource.CORE_GDB, StackSource.CORE_PYSTACK, StackSource.PYSPY,
-                          StackSource.GDB_ATTACH)
-        return f"{self.value} ({'native frames' if native else 'no native frames'})"
-
-
-@dataclass
-class ThreadStack:
-    """One thread's frames, innermost first: function names as the tool printed them (an
-    address when it had no symbol; "<signal handler called>" as gdb marks it). `tid` is the
-    native thread id (LWP) when the tool gives it; `state` is py-spy's idle/active."""
-
-    tid: int | None
-    name: str | None
-    frames: list[str] = field(default_factory=list)
-    state: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"tid": self.tid, "name": self.name, "state": self.state,
-                "frames": self.frames}
-
-
-@dataclass
-class Stacks:
-    """Every thread's stack from one tool. `tool` says which path produced it; `text` is the
-    raw tool output (several tools' outputs under `# <tool>` headers when more than one
-    contributed, e.g. gdb's native frames then py-spy's Python frames of the same core);
-    `threads` is that output parsed; `crashed_tid` the native id of the thread that took the
-    fatal signal (from the core's notes, gdb, or the kernel's segfault line) and `signal` its
-    number, both None for live stacks or when unknown; `core` the core file when kept;
-    `note` why better paths were not taken."""
-
-    tool: StackSource
-    text: str
-    crashed_tid: int | None = None
-    core: Path | None = None
-    threads: list[ThreadStack] = field(default_factory=list)
-    signal: int | None = None
-    note: str = ""
-
-    def thread(self, tid: int | None) -> ThreadStack | None:
-        for t in self.threads:
-            if tid is not None and t.tid == tid:
-                return t
-        return None
-
-    def crash_frames(self) -> list[str]:
-        """The crashed thread's frames from the one that faulted outward: when the thread
-        died re-raising from a handler (faulthandler's, then libc's raise/pthread_kill above
-        gdb's "<signal handler called>"), those frames are cut off, so `crash_frames()[0]` is
-        the function that took the signal. [] when unknown."""
-        t = self.thread(self.crashed_tid)
-        if t is None:
-            return []
-        frames = t.frames
-        for i, frame in enumerate(frames):
-            if "signal handler called" in frame:
-                if any(_RERAISE.search(f) for f in frames[:i]):
-                    return frames[i + 1:]
-                break  # it faulted inside a handler: the handler's frames are the crash
-        return frames
-
-    def summary(self) -> dict[str, Any]:
-        """For failure.json: tool, crashed thread, signal, the crashing frames (top 12)."""
-        return {"tool": self.tool.value, "crashed_tid": self.crashed_tid,
-                "signal": procstate.signal_name(self.signal),
-                "crash_frames": self.crash_frames()[:12], "note": self.note or None,
-                "threads": len(self.threads)}
-
-    def render(self) -> str:
-        """stacks.txt: a header naming the tool and the crashed thread, then the raw text."""
-        head = [f"# {self.tool.value}"]
-        if self.crashed_tid is not None:
-            sig = procstate.signal_name(self.signal) or (
-                f"signal {self.signal}" if self.signal else "a signal")
-            head.append(f"# thread {self.crashed_tid} took {sig}; crashing frames: "
-                        + " < ".join(self.crash_frames()[:6]))
-        if self.note:
-            head.append(f"# note: {self.note}")
-        return "\n".join(head) + "\n" + self.text + ("" if self.text.endswith("\n") else "\n")
-
-
-# ---- parsers (pure) ---------------------------------------------------------------------
-# Frames of a fatal-signal handler that re-raises (faulthandler, then libc's raise/kill).
-_RERAISE = re.compile(r"faulthandler|raise|pthread_kill|^kill$|tgkill")
-_GDB_THREAD = re.compile(r'^Thread \d+ \(.*?LWP (\d+)\)?(?: "([^"]*)")?\)?:')
-_GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(<signal handler called>|\S+?)"
-                        r"(?: \(|$| from )")
-_GDB_CURRENT = re.compile(r"^\[Current thread is \d+ \(.*?LWP (\d+)\)")
-_PYSPY_THREAD = re.compile(r'^Thread (0x[0-9A-Fa-f]+|\d+)(?: \((\w+)\))?: "(.*)"')
-_PYSTACK_THREAD = re.compile(r"^Traceback for thread (\d+)(?: \(([^)]*)\))?")
-_PYSTACK_FRAME = re.compile(r"^\s+\((?:Python|C)\) File .*, in (\S+)")
-
-
-def parse_gdb(text: str) -> tuple[list[ThreadStack], int | None]:
-    """Threads of gdb's `thread apply all bt` and the LWP of gdb's current thread (for a core:
-    the one that took the signal), or None."""
-    threads: list[ThreadStack] = []
-    current = None
-    for line in text.splitlines():
-        m = _GDB_CURRENT.match(line)
-        if m:
-            current = int(m.group(1))
-            continue
-        m = _GDB_THREAD.match(line)
-        if m:
-            threads.append(ThreadStack(int(m.group(1)), m.group(2)))
-            continue
-        if threads:
-            f = _GDB_FRAME.match(line)
-            if f:
-                threads[-1].frames.append(f.group(1))
-    return threads, current
-
-
-def parse_pyspy(text: str) -> list[ThreadStack]:
-    """Threads of `py-spy dump` (live or --core): `Thread 1234 (idle): "MainThread"` then
-    indented `function (file:line)` frames. A hex thread id (no native id known) gives None."""
-    threads: list[ThreadStack] = []
-    for line in text.splitlines():
-        m = _PYSPY_THREAD.match(line)
-        if m:
-            ident = m.group(1)
-            tid = None if ident.startswith("0x") else int(ident)
-            threads.append(ThreadStack(tid, m.group(3), state=m.group(2)))
-        elif threads and line.startswith("    ") and line.strip():
-            threads[-1].frames.append(line.strip().split(" (", 1)[0])
-    return threads
-
-
-def parse_pystack(text: str) -> list[ThreadStack]:
-    """Threads of `pystack core`: `Traceback for thread N (name)` then `(Python)`/`(C)` frame
-    lines, outermost first (reversed here to innermost first)."""
-    threads: list[ThreadStack] = []
-    for line in text.splitlines():
-        m = _PYSTACK_THREAD.match(line)
-        if m:
-            threads.append(ThreadStack(int(m.group(1)), m.group(2)))
-        elif threads:
-            f = _PYSTACK_FRAME.match(line)
-            if f:
-                threads[-1].frames.insert(0, f.group(1))
-    return threads
-
-
-_KERNEL_FAULT = re.compile(r"\b\S+\[(\d+)\]:? (segfault at|general protection|trap )")
-
-
-def kernel_fault_lines(lines: Collection[str], tids: Collection[int]) -> tuple[list[str],
-                                                                                 int | None]:
-    """The kernel's fault lines (`comm[TID]: segfault at ... in lib.so[...]`) for any of
-    `tids`, and the tid of the last one. Pure."""
-    hits, tid = [], None
-    for line in lines:
-        m = _KERNEL_FAULT.search(line)
-        if m and int(m.group(1)) in tids:
-            hits.append(line)
-            tid = int(m.group(1))
-    return hits, tid
-
-
-def faulthandler_text(stderr_text: str) -> str | None:
-    """faulthandler's report in a worker's stderr ("Fatal Python error: ..." onward), the last
-    one if several."""
-    at = stderr_text.rfind("Fatal Python error")
-    return stderr_text[at:] if at >= 0 else None
 
 
 # ---- the worker side ----------------------------------------------------------------------
@@ -246,6 +66,8 @@ def prepare_child(parent_pid: int | None = None) -> None:
     """In the worker, as early as possible (or as Popen's preexec_fn): raise the soft core size
     limit to min(4 GiB, hard limit) and mark the process dumpable, so a fatal signal leaves a
     core in the cwd (`core_dir`). With `parent_pid`, also `procstate.allow_parent_ptrace`.
+    Cost: the kernel writes the core before the parent can reap the process, which delays the
+    death notice by ~0.05 s for a cpu worker here and ~1 s for a CUDA process on the H200.
     Never raises: a worker must start even where cores cannot be enabled. Safe between fork
     and exec (setrlimit and prctl only, no imports or allocation-heavy work)."""
     try:
@@ -456,20 +278,8 @@ def gdb_core_argv(gdb: str, exe: str, core: Path) -> list[str]:
             "thread apply all bt", exe, str(core)]
 
 
-def find_gdb() -> str | None:
-    """gdb, else cuda-gdb (a full gdb for host code too: the only one on the CUDA image of
-    the H200 machines), on PATH."""
-    return shutil.which("gdb") or shutil.which("cuda-gdb")
-
-
 def pystack_available() -> bool:
     return importlib.util.find_spec("pystack") is not None
-
-
-def find_pyspy() -> str | None:
-    """py-spy beside this interpreter (a venv's bin), else on PATH."""
-    beside = Path(sys.executable).parent / "py-spy"
-    return str(beside) if beside.exists() else shutil.which("py-spy")
 
 
 def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from stress.engine import evidence, postmortem, procstate
-from stress.engine.postmortem import StackSource
+from stress.engine.callstacks import StackSource
 from stress.engine.procstate import Activity
 from tests.conftest import REPO
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from stress.engine import evidence, postmortem, procstate
-from stress.engine.postmortem import StackSource
+from stress.engine import callstacks, evidence, postmortem, procstate
+from stress.engine.callstacks import StackSource
 from stress.engine.procstate import Activity, ThreadState
 
 
@@ -172,7 +172,7 @@ Thread 1 (Thread 0x7feeab7ea6c0 (LWP 5113)):
 
 
 def test_gdb_threads_carry_their_lwp_and_the_current_thread_is_the_crashed_one() -> None:
-    threads, current = postmortem.parse_gdb(GDB_CORE)
+    threads, current = callstacks.parse_gdb(GDB_CORE)
 
     assert [(t.tid, t.name) for t in threads] == [(5112, "python"), (5113, None)]
     assert current == 5113
@@ -181,8 +181,8 @@ def test_gdb_threads_carry_their_lwp_and_the_current_thread_is_the_crashed_one()
 
 
 def test_crash_frames_start_at_the_function_that_faulted_not_at_the_re_raise() -> None:
-    threads, current = postmortem.parse_gdb(GDB_CORE)
-    stacks = postmortem.Stacks(StackSource.CORE_GDB, GDB_CORE, current, threads=threads,
+    threads, current = callstacks.parse_gdb(GDB_CORE)
+    stacks = callstacks.Stacks(StackSource.CORE_GDB, GDB_CORE, current, threads=threads,
                                signal=11)
 
     assert stacks.crash_frames()[0] == "iree_fault_segv"
@@ -191,9 +191,9 @@ def test_crash_frames_start_at_the_function_that_faulted_not_at_the_re_raise() -
 
 
 def test_a_fault_inside_a_signal_handler_keeps_the_handler_frames() -> None:
-    threads = [postmortem.ThreadStack(9, None, ["on_sigterm", "<signal handler called>",
+    threads = [callstacks.ThreadStack(9, None, ["on_sigterm", "<signal handler called>",
                                                 "epoll_wait", "main"])]
-    stacks = postmortem.Stacks(StackSource.CORE_GDB, "", 9, threads=threads)
+    stacks = callstacks.Stacks(StackSource.CORE_GDB, "", 9, threads=threads)
 
     assert stacks.crash_frames() == ["on_sigterm", "<signal handler called>", "epoll_wait",
                                      "main"]
@@ -215,7 +215,7 @@ Thread 0x7F00AA (idle): "no native id"
 
 
 def test_pyspy_threads_carry_their_native_id_state_and_frames() -> None:
-    threads = postmortem.parse_pyspy(PYSPY_LIVE)
+    threads = callstacks.parse_pyspy(PYSPY_LIVE)
 
     assert [(t.tid, t.name, t.state) for t in threads] == [
         (5315, "MainThread", "idle"), (5317, "spinner", "active"), (None, "no native id", "idle")]
@@ -223,7 +223,7 @@ def test_pyspy_threads_carry_their_native_id_state_and_frames() -> None:
 
 
 def test_pyspy_core_output_has_no_thread_state() -> None:
-    threads = postmortem.parse_pyspy('Thread 5113: "crasher"\n    go (/tmp/crash.py:7)\n')
+    threads = callstacks.parse_pyspy('Thread 5113: "crasher"\n    go (/tmp/crash.py:7)\n')
 
     assert [(t.tid, t.name, t.state, t.frames) for t in threads] == [
         (5113, "crasher", None, ["go"])]
@@ -235,7 +235,7 @@ def test_the_kernel_fault_line_is_taken_only_for_the_process_threads() -> None:
              "[  9.3] traps: iree-worker[2430] general protection fault ip:7f sp:7f error:0",
              "[  9.4] python[2423]: something else"]
 
-    hits, tid = postmortem.kernel_fault_lines(lines, {2423, 2430})
+    hits, tid = callstacks.kernel_fault_lines(lines, {2423, 2430})
 
     assert hits == [lines[0], lines[2]]
     assert tid == 2430
@@ -244,8 +244,8 @@ def test_the_kernel_fault_line_is_taken_only_for_the_process_threads() -> None:
 def test_faulthandler_text_is_the_last_report_in_stderr() -> None:
     err = "Fatal Python error: Aborted\nold\nlog line\nFatal Python error: Segmentation fault\nx"
 
-    assert postmortem.faulthandler_text(err) == "Fatal Python error: Segmentation fault\nx"
-    assert postmortem.faulthandler_text("no report") is None
+    assert callstacks.faulthandler_text(err) == "Fatal Python error: Segmentation fault\nx"
+    assert callstacks.faulthandler_text("no report") is None
 
 
 # ---- the kernel log ------------------------------------------------------------------------

@@ -1,0 +1,219 @@
+"""Call stacks as the tools print them: which tool produced a stack (`StackSource`), every
+thread's frames (`ThreadStack`, `Stacks`), and pure parsers for gdb, py-spy and pystack output
+and for the kernel's fault lines. Shared by live-hang stacks (`evidence.dump_stacks`) and
+post-mortem ones (`postmortem.native_stacks`)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from stress.engine import procstate
+
+
+class StackSource(str, Enum):
+    """Which path produced a stack, best first; a str, so it serializes to JSON as its value.
+    Post-mortem (a dead process): core+gdb, core+pystack, core+py-spy (Python frames only),
+    kernel-log (the faulting library and offset), faulthandler (Python frames from stderr).
+    Live (a hung process): py-spy --native, gdb attach, faulthandler via SIGUSR1; py-spy
+    --nonblocking (Python frames only) when a thread is in uninterruptible wait (D), where
+    every ptrace stop, and so every native unwinder, blocks until the wait ends."""
+
+    CORE_GDB = "core+gdb"
+    CORE_PYSTACK = "core+pystack"
+    CORE_PYSPY = "core+py-spy"
+    KERNEL_LOG = "kernel-log"
+    FAULTHANDLER = "faulthandler"
+    PYSPY = "py-spy dump --native"
+    PYSPY_NONBLOCKING = "py-spy dump --nonblocking"
+    GDB_ATTACH = "gdb attach"
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def describe(self) -> str:
+        native = self in (StackSource.CORE_GDB, StackSource.CORE_PYSTACK, StackSource.PYSPY,
+                          StackSource.GDB_ATTACH)
+        return f"{self.value} ({'native frames' if native else 'no native frames'})"
+
+
+@dataclass
+class ThreadStack:
+    """One thread's frames, innermost first: function names as the tool printed them (an
+    address when it had no symbol; "<signal handler called>" as gdb marks it). `tid` is the
+    native thread id (LWP) when the tool gives it; `state` is py-spy's idle/active."""
+
+    tid: int | None
+    name: str | None
+    frames: list[str] = field(default_factory=list)
+    state: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tid": self.tid, "name": self.name, "state": self.state,
+                "frames": self.frames}
+
+
+@dataclass
+class Stacks:
+    """Every thread's stack from one tool. `tool` says which path produced it; `text` is the
+    raw tool output (several tools' outputs under `# <tool>` headers when more than one
+    contributed, e.g. gdb's native frames then py-spy's Python frames of the same core);
+    `threads` is that output parsed; `crashed_tid` the native id of the thread that took the
+    fatal signal (from the core's notes, gdb, or the kernel's segfault line) and `signal` its
+    number, both None for live stacks or when unknown; `core` the core file when kept;
+    `note` why better paths were not taken."""
+
+    tool: StackSource
+    text: str
+    crashed_tid: int | None = None
+    core: Path | None = None
+    threads: list[ThreadStack] = field(default_factory=list)
+    signal: int | None = None
+    note: str = ""
+
+    def thread(self, tid: int | None) -> ThreadStack | None:
+        for t in self.threads:
+            if tid is not None and t.tid == tid:
+                return t
+        return None
+
+    def crash_frames(self) -> list[str]:
+        """The crashed thread's frames from the one that faulted outward: when the thread
+        died re-raising from a handler (faulthandler's, then libc's raise/pthread_kill above
+        gdb's "<signal handler called>"), those frames are cut off, so `crash_frames()[0]` is
+        the function that took the signal. [] when unknown."""
+        t = self.thread(self.crashed_tid)
+        if t is None:
+            return []
+        frames = t.frames
+        for i, frame in enumerate(frames):
+            if "signal handler called" in frame:
+                if any(_RERAISE.search(f) for f in frames[:i]):
+                    return frames[i + 1:]
+                break  # it faulted inside a handler: the handler's frames are the crash
+        return frames
+
+    def summary(self) -> dict[str, Any]:
+        """For failure.json: tool, crashed thread, signal, the crashing frames (top 12)."""
+        return {"tool": self.tool.value, "crashed_tid": self.crashed_tid,
+                "signal": procstate.signal_name(self.signal),
+                "crash_frames": self.crash_frames()[:12], "note": self.note or None,
+                "threads": len(self.threads)}
+
+    def render(self) -> str:
+        """stacks.txt: a header naming the tool and the crashed thread, then the raw text."""
+        head = [f"# {self.tool.value}"]
+        if self.crashed_tid is not None:
+            sig = procstate.signal_name(self.signal) or (
+                f"signal {self.signal}" if self.signal else "a signal")
+            head.append(f"# thread {self.crashed_tid} took {sig}; crashing frames: "
+                        + " < ".join(self.crash_frames()[:6]))
+        if self.note:
+            head.append(f"# note: {self.note}")
+        return "\n".join(head) + "\n" + self.text + ("" if self.text.endswith("\n") else "\n")
+
+
+# ---- parsers (pure) ---------------------------------------------------------------------
+# Frames of a fatal-signal handler that re-raises (faulthandler, then libc's raise/kill).
+_RERAISE = re.compile(r"faulthandler|raise|pthread_kill|^kill$|tgkill")
+_GDB_THREAD = re.compile(r'^Thread \d+ \(.*?LWP (\d+)\)?(?: "([^"]*)")?\)?:')
+_GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(<signal handler called>|\S+?)"
+                        r"(?: \(|$| from )")
+_GDB_CURRENT = re.compile(r"^\[Current thread is \d+ \(.*?LWP (\d+)\)")
+_PYSPY_THREAD = re.compile(r'^Thread (0x[0-9A-Fa-f]+|\d+)(?: \((\w+)\))?: "(.*)"')
+_PYSTACK_THREAD = re.compile(r"^Traceback for thread (\d+)(?: \(([^)]*)\))?")
+_PYSTACK_FRAME = re.compile(r"^\s+\((?:Python|C)\) File .*, in (\S+)")
+
+
+def parse_gdb(text: str) -> tuple[list[ThreadStack], int | None]:
+    """Threads of gdb's `thread apply all bt` and the LWP of gdb's current thread (for a core:
+    the one that took the signal), or None."""
+    threads: list[ThreadStack] = []
+    current = None
+    for line in text.splitlines():
+        m = _GDB_CURRENT.match(line)
+        if m:
+            current = int(m.group(1))
+            continue
+        m = _GDB_THREAD.match(line)
+        if m:
+            threads.append(ThreadStack(int(m.group(1)), m.group(2)))
+            continue
+        if threads:
+            f = _GDB_FRAME.match(line)
+            if f:
+                threads[-1].frames.append(f.group(1))
+    return threads, current
+
+
+def parse_pyspy(text: str) -> list[ThreadStack]:
+    """Threads of `py-spy dump` (live or --core): `Thread 1234 (idle): "MainThread"` then
+    indented `function (file:line)` frames. A hex thread id (no native id known) gives None."""
+    threads: list[ThreadStack] = []
+    for line in text.splitlines():
+        m = _PYSPY_THREAD.match(line)
+        if m:
+            ident = m.group(1)
+            tid = None if ident.startswith("0x") else int(ident)
+            threads.append(ThreadStack(tid, m.group(3), state=m.group(2)))
+        elif threads and line.startswith("    ") and line.strip():
+            threads[-1].frames.append(line.strip().split(" (", 1)[0])
+    return threads
+
+
+def parse_pystack(text: str) -> list[ThreadStack]:
+    """Threads of `pystack core`: `Traceback for thread N (name)` then `(Python)`/`(C)` frame
+    lines, outermost first (reversed here to innermost first)."""
+    threads: list[ThreadStack] = []
+    for line in text.splitlines():
+        m = _PYSTACK_THREAD.match(line)
+        if m:
+            threads.append(ThreadStack(int(m.group(1)), m.group(2)))
+        elif threads:
+            f = _PYSTACK_FRAME.match(line)
+            if f:
+                threads[-1].frames.insert(0, f.group(1))
+    return threads
+
+
+_KERNEL_FAULT = re.compile(r"\b\S+\[(\d+)\]:? (segfault at|general protection|trap )")
+
+
+def kernel_fault_lines(lines: Collection[str], tids: Collection[int]) -> tuple[list[str],
+                                                                                 int | None]:
+    """The kernel's fault lines (`comm[TID]: segfault at ... in lib.so[...]`) for any of
+    `tids`, and the tid of the last one. Pure."""
+    hits, tid = [], None
+    for line in lines:
+        m = _KERNEL_FAULT.search(line)
+        if m and int(m.group(1)) in tids:
+            hits.append(line)
+            tid = int(m.group(1))
+    return hits, tid
+
+
+def faulthandler_text(stderr_text: str) -> str | None:
+    """faulthandler's report in a worker's stderr ("Fatal Python error: ..." onward), the last
+    one if several."""
+    at = stderr_text.rfind("Fatal Python error")
+    return stderr_text[at:] if at >= 0 else None
+
+
+# ---- tools ------------------------------------------------------------------------------
+def find_gdb() -> str | None:
+    """gdb, else cuda-gdb (a full gdb for host code too: the only one on the CUDA image of
+    the H200 machines), on PATH."""
+    return shutil.which("gdb") or shutil.which("cuda-gdb")
+
+
+def find_pyspy() -> str | None:
+    """py-spy beside this interpreter (a venv's bin), else on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else shutil.which("py-spy")
