@@ -157,9 +157,24 @@ class ProcessEvidence:
         s = self.samples.get(tid) if tid is not None else None
         return s.activity if s else None
 
-    def summary(self) -> dict[str, Any]:
-        """For failure.json: stack tool, busy and blocked tids, timing."""
-        return {"stack_source": self.stacks.tool.value,
+    def process_activity(self) -> procstate.Activity | None:
+        """BUSY when any thread burned a core in the window (the CPU analogue of the
+        incident's stuck GPU clock: the step's own thread may wait on a runtime thread that
+        spins), else BLOCKED when any thread was blocked, else None (nothing sampled)."""
+        found = {s.activity for s in self.samples.values()}
+        for activity in (procstate.Activity.BUSY, procstate.Activity.BLOCKED,
+                         procstate.Activity.MIXED):
+            if activity in found:
+                return activity
+        return None
+
+    def summary(self, stuck_tid: int | None = None) -> dict[str, Any]:
+        """For failure.json and the signature: stack tool, the stuck thread's activity
+        (`stuck_tid`: the journal's native tid of the step past its deadline; None when
+        unknown or not sampled) and the process's, busy and blocked tids, timing."""
+        return {"stack_source": self.stacks.tool.value, "stuck_tid": stuck_tid,
+                "activity": getattr(self.activity_of(stuck_tid), "value", None),
+                "process_activity": getattr(self.process_activity(), "value", None),
                 "busy_tids": self.tids(procstate.Activity.BUSY),
                 "blocked_tids": self.tids(procstate.Activity.BLOCKED),
                 "evidence_s": round(self.seconds, 3)}

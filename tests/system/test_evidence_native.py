@@ -255,7 +255,9 @@ def test_several_hung_processes_give_every_thread_state_and_stack_before_any_kil
         assert "iree_fault_block" in block_stack.frames[:3]
         assert proc.activity_of(spin) is Activity.BUSY
         assert proc.activity_of(block) is Activity.BLOCKED
-        assert spin in proc.summary()["busy_tids"]
+        summary = proc.summary(stuck_tid=block)
+        assert spin in summary["busy_tids"]
+        assert (summary["activity"], summary["process_activity"]) == ("blocked", "busy")
         files = ev.files(pid)
         assert '"activity": "busy"' in files["threads.json"]
         assert files["kernel.log"].startswith("# kernel log")
