@@ -36,9 +36,10 @@ def test_a_wedged_nvidia_smi_gives_a_timed_out_snapshot_and_is_killed(
     fake_tool(tmp_path / "bin", "nvidia-smi", f"echo $$ > {pid_file}\nexec sleep 100000")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
 
-    snap = telemetry.snapshot("cuda", timeout_s=1.5, only=["nvidia-smi"])
+    # the bound leaves the child's interpreter start-up time to reach the tool on a busy box
+    snap = telemetry.snapshot("cuda", timeout_s=4, only=["nvidia-smi"])
 
-    assert snap["error"] == "timed out after 1.5s"
+    assert snap["error"] == "timed out after 4s"
     assert snap["source"] == "nvidia-smi"
     assert snap["backend"] == "cuda"
     assert pid_file.exists(), "the fake tool never ran: the test proves nothing"
