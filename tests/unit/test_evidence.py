@@ -6,7 +6,10 @@ tests/system/test_evidence.py."""
 from __future__ import annotations
 
 import os
+import resource
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,29 @@ import pytest
 from stress.engine import callstacks, evidence, postmortem, procstate
 from stress.engine.callstacks import StackSource
 from stress.engine.procstate import Activity, ThreadState
+
+
+# ---- the worker side ----------------------------------------------------------------------
+def test_a_prepared_child_may_dump_a_core_and_yama_lets_its_parent_attach() -> None:
+    script = ("import ctypes, os, resource\n"
+              "from stress.engine import postmortem\n"
+              "postmortem.prepare_child(parent_pid=os.getppid())\n"
+              "soft, hard = resource.getrlimit(resource.RLIMIT_CORE)\n"
+              "dumpable = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE\n"
+              "print(soft, hard, dumpable)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    hard_here = resource.getrlimit(resource.RLIMIT_CORE)[1]
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, check=True, preexec_fn=lambda: resource.setrlimit(
+                             resource.RLIMIT_CORE, (0, hard_here)))
+    soft, hard, dumpable = (int(x) for x in out.stdout.split())
+
+    expected = 4 << 30 if hard_here == resource.RLIM_INFINITY else min(4 << 30, hard_here)
+    assert soft == expected  # raised from 0 up to the hard limit, capped at 4 GiB
+    assert hard == hard_here
+    assert dumpable == 1
+    yama = Path("/proc/sys/kernel/yama/ptrace_scope").exists()
+    assert procstate.allow_parent_ptrace(os.getppid()) is yama
 
 
 # ---- core_pattern --------------------------------------------------------------------------
