@@ -41,9 +41,10 @@ _KERNEL_LOG_TIMEOUT_S: float = 5.0  # dmesg/journalctl read memory or a local jo
 _KERNEL_LOG_SLACK_S: float = 2.0  # printk's clock and the wall clock drift apart a little
 #   (and suspend is not counted): include lines from just before `since_wall`
 _INTERESTING = re.compile(
-    r"NVRM|Xid|amdgpu|ring .*timeout|ring timeout|GPU reset|gpu reset|reset.*GPU|page fault|"
-    r"segfault|general protection|hung_task|blocked for more than|trap divide error|"
-    r"invalid opcode|Out of memory|oom-kill|MCE|soft lockup|hard LOCKUP", re.IGNORECASE)
+    r"\bNVRM\b|\bXid\b|amdgpu|\bkfd\b|ring \S+ timeout|ring timeout|gpu reset|"
+    r"reset.*\bgpu\b|page fault|segfault|general protection|hung_task|"
+    r"blocked for more than|trap divide error|invalid opcode|out of memory|oom-kill|"
+    r"\bmce\b|machine check|soft lockup|hard lockup", re.IGNORECASE)
 
 # Bounded tool runs.
 _REAP_AFTER_KILL_S: float = 2.0  # SIGKILL of a tool's group then this long for its pipes to
