@@ -37,6 +37,8 @@ FEW_CLUSTERS: int = 5  # fewer processes: the t quantile (df = processes - 1) is
 _BISECT_STEPS: int = 80  # t quantile by bisection: 2^-80 of the bracket, far below print
 _CF_ITERATIONS: int = 300  # continued fraction of the incomplete beta (converges in < 100)
 _CF_EPS: float = 1e-14
+_EXACT_WORK: int = 200_000  # convolution steps of the exact stratified test (~0.1 s); beyond,
+#   the Mantel-Haenszel normal approximation (thousands of failing jobs: it is accurate there)
 
 
 # --- elementary pieces -----------------------------------------------------------------------
@@ -278,7 +280,17 @@ def fisher_exact_stratified(tables: Sequence[tuple[int, int, int, int]],
     """Exact conditional test of a common odds ratio of 1 across strata (each table
     [[a, b], [c, d]] with its margins fixed; the statistic is the sum of the a's, whose null
     distribution is the convolution of the strata's hypergeometrics). One stratum: Fisher's
-    exact test. Strata whose margins leave no freedom add a constant and change nothing."""
+    exact test. Strata whose margins leave no freedom add a constant and change nothing.
+    When the exact convolution would be large (thousands of failing jobs per stratum), the
+    Cochran-Mantel-Haenszel normal approximation with continuity correction is used: it is
+    accurate exactly where the exact one is expensive."""
+    work, size = 0, 1
+    for a, b, c, _d in tables:
+        span = min(a + b, a + c) + 1
+        work += size * span
+        size += span - 1
+    if work > _EXACT_WORK:
+        return _mantel_haenszel(tables, alternative)
     dist = {0: 1.0}
     observed = 0
     for a, b, c, d in tables:
@@ -300,6 +312,33 @@ def fisher_exact_stratified(tables: Sequence[tuple[int, int, int, int]],
         ref = dist.get(observed, 0.0)
         p = sum(v for v in dist.values() if v <= ref * (1 + eps))
     return min(1.0, p)
+
+
+def _mantel_haenszel(tables: Sequence[tuple[int, int, int, int]],
+                     alternative: Alternative) -> float:
+    obs = mean = var = 0.0
+    for a, b, c, d in tables:
+        n = a + b + c + d
+        if n < 2:
+            continue
+        r1, r2, c1, c2 = a + b, c + d, a + c, b + d
+        obs += a
+        mean += r1 * c1 / n
+        var += r1 * r2 * c1 * c2 / (n * n * (n - 1))
+    if var <= 0:
+        return 1.0
+    sd = math.sqrt(var)
+
+    def upper(x: float) -> float:  # P(Z >= x)
+        return 0.5 * math.erfc(x / math.sqrt(2))
+
+    greater = upper((obs - mean - 0.5) / sd)
+    less = upper((mean - obs - 0.5) / sd)
+    if alternative is Alternative.GREATER:
+        return min(1.0, greater)
+    if alternative is Alternative.LESS:
+        return min(1.0, less)
+    return min(1.0, 2 * min(greater, less))
 
 
 def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:

@@ -161,3 +161,14 @@ def test_rates_print_as_people_read_them() -> None:
     assert fmt_rate(0) == "0" and fmt_rate(0.123) == "12%" and fmt_rate(0.0041) == "0.41%"
     assert "Benjamini-Hochberg" in multiple_comparisons_note(25)
     assert multiple_comparisons_note(1) == ""
+
+
+def test_large_stratified_tables_use_mantel_haenszel_close_to_the_exact_test() -> None:
+    from stress.analysis.stats import _mantel_haenszel
+
+    mid = [(30, 70, 100, 300), (20, 30, 50, 100)]
+    assert _mantel_haenszel(mid, Alternative.GREATER) == \
+        pytest.approx(fisher_exact_stratified(mid), abs=0.01)
+    huge = [(300, 700, 1000, 3000)] * 7  # 2,100 failing jobs: the exact convolution is slow
+    assert fisher_exact_stratified(huge) < 1e-10
+    assert fisher_exact_stratified([(250, 750, 1000, 3000)] * 7) > 0.4
