@@ -200,10 +200,11 @@ def classify(first: ThreadState, last: ThreadState | None, window_s: float) -> T
         cpu_s = max(0, last.cpu_ticks - first.cpu_ticks) / _CLK_TCK
     fraction = cpu_s / window_s if window_s > 0 else 0.0
     running = first.state == "R" and last.state == "R"
-    waiting = first.state in _WAITING_STATES and last.state in _WAITING_STATES
+    # the first read may catch a thread on its way into the wait: the CPU it used and where
+    # it is at the end of the window decide
     if fraction >= _BUSY_CORE_FRACTION or running:
         activity = Activity.BUSY
-    elif waiting and fraction <= _BLOCKED_CORE_FRACTION:
+    elif last.state in _WAITING_STATES and fraction <= _BLOCKED_CORE_FRACTION:
         activity = Activity.BLOCKED
     else:
         activity = Activity.MIXED
@@ -244,8 +245,8 @@ def sample_many(pids: Sequence[int], window_s: float = DEFAULT_SAMPLE_WINDOW_S
 
 def sample(pid: int, window_s: float = DEFAULT_SAMPLE_WINDOW_S) -> dict[int, ThreadSample]:
     """Each thread of `pid` read twice, `window_s` apart: {tid: ThreadSample} whose `activity`
-    is BUSY (ran in both reads, or used >= half a core over the window), BLOCKED (sleeping,
-    disk wait or traced in both reads, and <= 5% of a core), MIXED (anything between) or GONE
+    is BUSY (running in both reads, or used >= half a core over the window), BLOCKED
+    (sleeping, disk wait or traced at the end, and <= 5% of a core), MIXED (between) or GONE
     (exited in the window). Threads born inside the window are not included. Call it *before*
     attaching py-spy or gdb (an attached process is stopped). Costs `window_s` of wall time and
     no CPU to speak of; never raises for a vanished process (returns {})."""

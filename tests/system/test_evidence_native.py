@@ -221,6 +221,13 @@ def spinners(fault_lib: Path) -> list[tuple[int, int, int]]:
             assert p.stdout is not None
             spin, block = (int(x) for x in p.stdout.readline().split())
             out.append((p.pid, spin, block))
+        for pid, spin, block in out:  # both threads inside their native functions
+            for _ in range(500):
+                s = procstate.read_thread(pid, spin, details=False)
+                b = procstate.read_thread(pid, block)
+                if s and b and s.cpu_ticks > 0 and b.wchan and "futex" in b.wchan:
+                    break
+                time.sleep(0.01)
         yield out
     finally:
         for p in procs:

@@ -315,7 +315,8 @@ def state(tid: int, letter: str, ticks: int, ns: int | None = None) -> ThreadSta
     (state(1, "S", 0), state(1, "S", 0), Activity.BLOCKED),
     (state(1, "D", 0), state(1, "D", 1), Activity.BLOCKED),  # a driver ioctl, 1 tick
     (state(1, "S", 0, 0), state(1, "S", 0, 100_000_000), Activity.MIXED),  # 20% of a core
-    (state(1, "R", 0), state(1, "S", 0), Activity.MIXED),
+    (state(1, "R", 0), state(1, "S", 0), Activity.BLOCKED),  # read on its way into a wait
+    (state(1, "S", 0), state(1, "R", 0), Activity.MIXED),  # woke up as the window ended
     (state(1, "S", 0), None, Activity.GONE),
     (state(1, "S", 0), state(1, "Z", 0), Activity.GONE),
 ])
