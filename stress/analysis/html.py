@@ -124,9 +124,8 @@ def _first_screen(r: Report) -> str:
     items = []
     for f in r.findings[:rep.FIRST_SCREEN]:
         cls = "known" if f.is_known else "new"
-        rows = [("frames", f.frames()), ("how often", f.how_often()), ("where", f.where()),
-                ("other threads", f.others()), ("evidence", f.signature.example or "-")]
-        dl = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in rows)
+        dl = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>"
+                     for k, v in f.rows())
         items.append(f'<li class="{cls}"><b>{html.escape(f.status())}</b> '
                      f"<code>{html.escape(f.signature.id)}</code> {html.escape(f.what())}"
                      f"<dl>{dl}</dl></li>")

@@ -66,14 +66,27 @@ class Finding:
         return self.correlation.verdict() if self.correlation else "not correlated"
 
     def status(self) -> str:
+        return "KNOWN" if self.is_known else "NEW"
+
+    def known_as(self) -> str:
         k = self.signature.known
-        if k is None:
-            return "NEW"
-        return "KNOWN: " + k.note + (f" ({k.link})" if k.link else "")
+        return "" if k is None else k.note + (f" ({k.link})" if k.link else "")
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The lines under the headline, as (label, text)."""
+        stackless = self.signature.cls in ("error", "miscompare")
+        out = [("message" if stackless else "frames", self.frames()),
+               ("how often", self.how_often()), ("where", self.where()),
+               ("other threads", self.others())]
+        if self.is_known:
+            out.append(("known as", self.known_as()))
+        out.append(("evidence", self.signature.example or "-"))
+        return out
 
     def as_dict(self) -> dict[str, Any]:
         s = self.signature
         return {"id": s.id, "status": "known" if self.is_known else "new",
+                "known_as": self.known_as() or None,
                 "known": s.known.as_dict() if s.known else None, "what": self.what(),
                 "frames": self.frames(), "how_often": self.how_often(),
                 "rate": s.rate.as_dict() if s.rate else None, "where": self.where(),
@@ -94,8 +107,10 @@ class Report:
 
     @property
     def findings(self) -> list[Finding]:
+        """New signatures first, then known ones, each by how often they hit."""
         by_id = {c.signature: c for c in self.correlations}
-        return [Finding(s, by_id.get(s.id)) for s in self.signatures]
+        return [Finding(s, by_id.get(s.id)) for s in [*self.new_signatures,
+                                                       *self.known_signatures]]
 
     @property
     def new_signatures(self) -> list[Signature]:
@@ -183,15 +198,12 @@ def signature_summaries(run_dir: Path, top: int = 10) -> list[dict[str, Any]]:
 def first_screen(r: Report, markdown: bool) -> str:
     lines = ["## Answer" if markdown else "ANSWER", "", r.headline(), ""]
     for f in r.findings[:FIRST_SCREEN]:
-        rows = [("what", f.what()), ("frames", f.frames()), ("how often", f.how_often()),
-                ("where", f.where()), ("other threads", f.others()),
-                ("evidence", f.signature.example or "-")]
         if markdown:
             lines.append(f"* **{f.status()}** `{f.signature.id}` {f.what()}")
-            lines += [f"  * {k}: {v}" for k, v in rows[1:]]
+            lines += [f"  * {k}: {v}" for k, v in f.rows()]
         else:
             lines.append(f"{f.status():<5}  {f.signature.id}  {f.what()}")
-            lines += [f"       {k:<13} {v}" for k, v in rows[1:]]
+            lines += [f"       {k:<13} {v}" for k, v in f.rows()]
         lines.append("")
     more = len(r.signatures) - FIRST_SCREEN
     if more > 0:

@@ -123,9 +123,11 @@ def test_the_first_screen_answers_what_how_often_where_and_whether_known(
     assert f"NEW    {crash.id}  crash SIGSEGV at teardown (device-release 3)" in screen
     assert "iree_fault_segv" in screen and "3/60 jobs = 5%" in screen
     assert "per-call 100%; workers x threads 3x2" in screen
-    assert "KNOWN: fresh-thread cuda context" in screen
-    assert screen.index("NEW") < screen.index("KNOWN")  # most jobs hit first: the crash
     err = next(s for s in r.signatures if s.cls == "error")
+    assert f"KNOWN  {err.id}  error at module-load" in screen
+    assert "known as      fresh-thread cuda context (repro/cuda_fresh_thread_context.py)" \
+        in screen
+    assert screen.index("NEW") < screen.index("KNOWN")  # new ones first
     assert err.count == 8 and err.rate is not None and err.rate.failures == 2
 
 
