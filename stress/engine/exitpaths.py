@@ -1,0 +1,307 @@
+"""The `exit` pattern family: short-lived job processes that leave by one chosen exit path.
+
+The failures this tool exists for live where a process ends: a GPU driver tears its context
+down in its exit handlers (HIP's primary context is released only there, by design), after the
+tests finished. Each job of this family runs in a process of its own (process-per-job shape,
+cheaply forked by stress.engine.forkserver): load, invoke, check numerics like any pattern, and
+then, after the worker said `bye` (so its results reached the parent), leave by its path:
+
+  exit-clean    release everything in dependency order, then exit normally
+  exit-alive    exit normally with the device, its loaded program and buffers still alive
+  exit-inflight exit normally right after queueing copies that nobody waits for
+  exit-thread   exit normally while a second thread still invokes on the device
+  exit-sigterm  SIGTERM arrives while a second thread invokes: the expected end is that death
+  exit-os-exit  release everything, then os._exit: no exit handlers run (the control arm)
+
+"Exit normally" means `SystemExit` out of everything: Py_Finalize, atexit, the C library's
+exit() and the ELF destructors, where the driver's teardown runs. The worker calls `leave()`
+after `bye`; a pattern's `run` only records which path the process takes and keeps alive what
+that path needs (module-level, so nothing is released before the interpreter's own teardown).
+Runs inside the worker: numpy, iree.runtime and stress.engine only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from stress.engine.invocation import Device, JobResult, LoadedProgram
+
+if TYPE_CHECKING:  # patterns imports this module to register the family: no import cycle
+    from stress.engine.patterns import Pattern, ThreadState, Work, WorkerContext
+
+FAMILY_NAME: str = "exit"  # `--patterns exit` selects every member
+_HELPER_BOUND_S: float = 60.0  # a helper's invoke loop ends by itself after this long: the
+#   process should be gone in milliseconds; past the bound the parent's watchdog judges it
+_SIGTERM_WAIT_S: float = 10.0  # after SIGTERM to ourselves: death is immediate (SIG_DFL); if
+#   we are still here, something blocked it and the exit status (0) says so
+_HELPER_START_S: float = 30.0  # waiting for the helper's first invocation (cpu: well under 1 s)
+_INFLIGHT_BYTES: int = 4 << 20  # per queued copy: large enough that copies are still running
+#   when exit begins (cpu: ~1 ms each), small enough for any device
+_INFLIGHT_COPIES: int = 8  # chained on one timeline semaphore; nobody waits for the last
+
+
+class ExitPath(str, Enum):
+    """How a job process leaves once its work is reported."""
+
+    CLEAN = "exit-clean"
+    ALIVE = "exit-alive"
+    INFLIGHT = "exit-inflight"
+    THREAD = "exit-thread"
+    SIGTERM = "exit-sigterm"
+    OS_EXIT = "exit-os-exit"
+
+    def describe(self) -> str:
+        return _DESCRIPTIONS[self]
+
+    @property
+    def runs_exit_handlers(self) -> bool:
+        """Whether the process leaves through atexit, exit() and the ELF destructors."""
+        return self not in (ExitPath.SIGTERM, ExitPath.OS_EXIT)
+
+
+_DESCRIPTIONS: dict[ExitPath, str] = {
+    ExitPath.CLEAN: "release everything in order, then exit normally",
+    ExitPath.ALIVE: "exit normally with the device, program and buffers still alive",
+    ExitPath.INFLIGHT: "exit normally with queued copies still in flight (never waited on)",
+    ExitPath.THREAD: "exit normally while a second thread still invokes on the device",
+    ExitPath.SIGTERM: "SIGTERM arrives while a second thread invokes (expected: that death)",
+    ExitPath.OS_EXIT: "release everything, then os._exit: no exit handlers (control arm)",
+}
+FAMILY: tuple[str, ...] = tuple(p.value for p in ExitPath)
+
+
+def expected_returncode(path: ExitPath) -> int:
+    """The Popen-style returncode a job process of `path` ends with when nothing goes wrong."""
+    return -int(signal.SIGTERM) if path is ExitPath.SIGTERM else 0
+
+
+@dataclass
+class Leaving:
+    """What a finished job left for its process's exit."""
+
+    path: ExitPath
+    w: WorkerContext
+    job_index: int
+    work: Work
+    device: Device | None  # None when the job released it
+    lp: LoadedProgram | None
+    kept: list[Any] = field(default_factory=list)
+
+
+_pending: Leaving | None = None
+_pending_lock = threading.Lock()
+_KEPT: list[Any] = []  # module-level: freed only by the interpreter's own teardown at exit
+
+
+class _ExitPattern:
+    """Shared job body: device, load, checked invocations; the subclass says what to keep."""
+
+    path: ClassVar[ExitPath]
+    keeps_device: ClassVar[bool] = True
+
+    @property
+    def name(self) -> str:
+        return self.path.value
+
+    @property
+    def summary(self) -> str:
+        return self.path.describe()
+
+    def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
+        dev = Device(w.driver, w.uri, t.writer)
+        work.result.devices_created += 1
+        lp: LoadedProgram | None = None
+        try:
+            lp = dev.load(w.instance, w.vm_module(w.instance, work.program.name), work.program,
+                          t.writer)
+            dev.loaded[work.program.name] = lp
+            for i in range(work.job.invocations):
+                w.call(lp, work.inputs, t.writer, dev, work.expect, work.result, i)
+            kept = self.keep(dev, work)
+        except BaseException:
+            lp = None
+            dev.release(t.writer, work.result)
+            raise
+        if not self.keeps_device:
+            lp = None
+            dev.release(t.writer, work.result)
+        _set_pending(Leaving(self.path, w, work.job.index, work,
+                             dev if self.keeps_device else None, lp, kept))
+
+    def keep(self, dev: Device, work: Work) -> list[Any]:
+        """HAL objects to keep alive beyond the job (besides the device itself)."""
+        return []
+
+    def leave(self, state: Leaving) -> None:
+        """Runs after `bye`; returning means: exit normally."""
+
+
+class ExitClean(_ExitPattern):
+    path = ExitPath.CLEAN
+    keeps_device = False
+
+
+class ExitAlive(_ExitPattern):
+    path = ExitPath.ALIVE
+
+    def keep(self, dev: Device, work: Work) -> list[Any]:
+        """Device copies of the job's inputs: buffers alive at exit besides the device."""
+        b = _binding()
+        alloc = dev.hal_device.allocator
+        return [alloc.allocate_buffer_copy(memory_type=b.MemoryType.DEVICE_LOCAL,
+                                           allowed_usage=b.BufferUsage.DEFAULT,
+                                           device=dev.hal_device, buffer=x)
+                for x in work.inputs if x.ndim]
+
+    def leave(self, state: Leaving) -> None:
+        _KEPT.append(state)
+
+
+class ExitInflight(_ExitPattern):
+    path = ExitPath.INFLIGHT
+
+    def leave(self, state: Leaving) -> None:
+        """Queues chained device-to-device copies and returns without waiting for any."""
+        assert state.device is not None
+        b = _binding()
+        hd = state.device.hal_device
+        usage = b.BufferUsage.DEFAULT | b.BufferUsage.TRANSFER
+        src = hd.allocator.allocate_buffer(memory_type=b.MemoryType.DEVICE_LOCAL,
+                                           allowed_usage=usage, allocation_size=_INFLIGHT_BYTES)
+        dst = hd.allocator.allocate_buffer(memory_type=b.MemoryType.DEVICE_LOCAL,
+                                           allowed_usage=usage, allocation_size=_INFLIGHT_BYTES)
+        sem = hd.create_semaphore(0)
+        for i in range(_INFLIGHT_COPIES):
+            hd.queue_copy(src, dst, wait_semaphores=b.HalFence.create_at(sem, i),
+                          signal_semaphores=b.HalFence.create_at(sem, i + 1))
+        state.kept += [src, dst, sem]
+        _KEPT.append(state)
+
+
+class ExitThread(_ExitPattern):
+    path = ExitPath.THREAD
+
+    def leave(self, state: Leaving) -> None:
+        _KEPT.append(state)
+        _start_invoking(state)
+
+
+class ExitSigterm(_ExitPattern):
+    path = ExitPath.SIGTERM
+
+    def leave(self, state: Leaving) -> None:
+        _KEPT.append(state)
+        _start_invoking(state)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(_SIGTERM_WAIT_S)  # death comes first; exit 0 past this says it did not
+
+
+class ExitOsExit(_ExitPattern):
+    path = ExitPath.OS_EXIT
+    keeps_device = False
+
+    def leave(self, state: Leaving) -> None:
+        _os_exit()
+
+
+def _os_exit() -> None:
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
+
+
+def _start_invoking(state: Leaving) -> None:
+    """A daemon thread that invokes on the kept device in a loop (journaled on its own slot);
+    returns once its first invocation is done, so the next one is under way."""
+    assert state.device is not None and state.lp is not None
+    started = threading.Event()
+    dev, lp, w, work = state.device, state.lp, state.w, state.work
+
+    def loop() -> None:
+        writer = w.journal.acquire()
+        writer.job = state.job_index
+        result = JobResult()  # after bye: nobody reads it; a failure shows in the exit status
+        deadline = time.monotonic() + _HELPER_BOUND_S
+        i = 0
+        while time.monotonic() < deadline:
+            w.call(lp, work.inputs, writer, dev, work.expect, result, i)
+            started.set()
+            i += 1
+
+    threading.Thread(target=loop, name="exit-helper", daemon=True).start()
+    started.wait(_HELPER_START_S)
+
+
+def _binding() -> Any:
+    from iree.runtime import _binding as b
+
+    return b
+
+
+def _set_pending(state: Leaving) -> None:
+    global _pending
+    with _pending_lock:
+        _pending = state
+
+
+def pending() -> ExitPath | None:
+    """The exit path the finished job chose, if any (not consumed)."""
+    with _pending_lock:
+        return _pending.path if _pending is not None else None
+
+
+PATTERNS: dict[str, _ExitPattern] = {p.name: p for p in (
+    ExitClean(), ExitAlive(), ExitInflight(), ExitThread(), ExitSigterm(), ExitOsExit())}
+_BY_PATH: dict[ExitPath, _ExitPattern] = {p.path: p for p in PATTERNS.values()}
+
+
+def leave(path: ExitPath | None = None) -> None:
+    """The worker's last act, after `bye`: takes the exit path its job chose (or `path` when
+    given and no job chose one: then only the paths that need no device act). Returns when the
+    process should exit normally; os._exit and SIGTERM never return. Idempotent: a second call
+    finds nothing pending."""
+    global _pending
+    with _pending_lock:
+        state, _pending = _pending, None
+    if state is not None:
+        _BY_PATH[state.path].leave(state)
+    elif path is ExitPath.OS_EXIT:
+        _os_exit()
+    elif path is ExitPath.SIGTERM:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(_SIGTERM_WAIT_S)
+
+
+def register(into: dict[str, Pattern]) -> None:
+    """Adds the family to a pattern registry (patterns.PATTERNS) without replacing entries."""
+    for name, p in PATTERNS.items():
+        into.setdefault(name, p)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m stress.engine.exitpaths ARGS`: the worker (same arguments) with the family
+    registered and `leave()` after it: how the fork server runs its children, and a spawned
+    job process, until worker.py does both itself (then the second leave() is a no-op)."""
+    from stress.engine import patterns, worker
+
+    register(patterns.PATTERNS)
+    code = worker.main(argv)
+    leave()
+    return code
+
+
+if __name__ == "__main__":  # run the imported module, not this __main__ copy: one `_pending`
+    from stress.engine import exitpaths as _module
+
+    sys.exit(_module.main())
