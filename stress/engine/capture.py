@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stress.engine import evidence, telemetry
+from stress.engine import evidence, postmortem, telemetry
 from stress.engine.attribution import Attribution, attribute
 from stress.engine.journal import Step
 from stress.engine.watchdog import STARTUP_STEP, Stuck
@@ -90,6 +90,8 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     noticed_ns = time.monotonic_ns()
     s.drain(h)
     if h.killed_by_us:
+        if h.cwd is not None:
+            postmortem.discard_core(h.pid, h.cwd)  # our SIGKILL leaves no core; SIGABRT might
         s.retire(h)
         return
     signal_group(h.pid, signal.SIGKILL)  # whatever the worker left running in its group
@@ -116,7 +118,9 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     job = s.job_of(h, attr)
     cls = FailureClass.ERROR if said_bye and sig is None else FailureClass.CRASH
     crash = None
-    if sig is not None and h.cwd is not None:  # native stacks post mortem (core + gdb, ...)
+    if sig is not None and h.cwd is not None and s.folders >= _MAX_FAILURE_FOLDERS:
+        postmortem.discard_core(h.pid, h.cwd)  # no folder to put its stacks in
+    elif sig is not None and h.cwd is not None:  # native stacks post mortem (core + gdb, ...)
         reader = h.journal()
         tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
         crash = evidence.collect_crash(h.pid, s.python, h.cwd, stderr,
@@ -185,11 +189,7 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
         timing = {"stacks_s": t_stacks - t0, "kill_s": t_killed - t_stacks,
                   "evidence_and_kill_s": t_killed - t0, "deadline_s": deadline,
                   "declared_after_step_begin_s": st.age_s, "workers_stuck": len(stuck)}
-        proc = hang.processes[h.pid]
-        tid = attr.native_tid or _main_tid(h)
-        activity = proc.activity_of(tid)
-        facts: dict[str, Any] = {**proc.summary(), "activity": activity.value if activity
-                                 else None, "activity_tid": tid}
+        facts: dict[str, Any] = hang.processes[h.pid].summary(attr.native_tid or _main_tid(h))
         exposure = "process_exit" if st.step is Step.WORKER_EXIT else None
         write_evidence(s, folder, h, job, attr, {
             **hang.files(h.pid),

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from stress.engine import capture, watchdog
+from stress.engine import capture, postmortem, watchdog
 from stress.engine.attribution import Attribution, attribute, window_tokens
 from stress.engine.config import SoakConfig
 from stress.engine.jobs import Job, schedule
@@ -480,6 +480,7 @@ class Session:
             self._kill_all("store error")
         finally:
             self.runner.close()
+            postmortem.sweep_cores(self.run_dir)  # cores nobody read (cap reached, races)
             if self.unreaped:
                 self.stop_reason += (f"; {len(self.unreaped)} worker(s) survived SIGKILL (stuck "
                                      "in the kernel, D state)")
