@@ -49,6 +49,10 @@ def record(s: Session, cls: FailureClass, h: WorkerHandle | None, job: Job | Non
         "exposure": exposure})
     if h is not None:
         s.progress.failure(cls, h, job, attr, sig, folder)
+    if count and s.observer is not None:
+        from stress.engine.session import Outcome
+
+        s.observer.job(Outcome(job, h.pid if h else 0, True, (cls.value,)))
 
 
 def new_folder(s: Session, cls: FailureClass, name: str) -> Path | None:

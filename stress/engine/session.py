@@ -18,8 +18,9 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from stress.engine import capture, postmortem, watchdog
 from stress.engine.attribution import Attribution, attribute, window_tokens
@@ -43,7 +44,28 @@ _STOP_GRACE_S: float = 5.0  # after `stop`: a worker's last job + teardown, beyo
 _RESTART_WINDOW_S: float = 60.0  # --max-worker-restarts counts restarts within this window
 _PPJ_QUEUE_MAX: int = 4  # process-per-job jobs drawn ahead of the ephemeral slots
 _PROCESS_PER_JOB = "process-per-job"
+_OBSERVE_PERIOD_S: float = 1.0  # how often an observer (the gate) may stop the run
 EXIT_HARNESS: int = 70  # a worker's own code failed (worker.EXIT_HARNESS): not a runtime failure
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One job's end as an observer sees it: failed when it had an error or miscompare, or
+    when a crash or hang was pinned on it (job None: a process failure pinned on no job)."""
+
+    job: Job | None
+    pid: int
+    failed: bool
+    classes: tuple[str, ...]
+
+
+class Observer(Protocol):
+    """Watches a run as it goes (the gate's sequential test): told every job outcome, asked
+    once a second whether the run should stop (a reason) or go on (None)."""
+
+    def job(self, outcome: Outcome) -> None: ...
+
+    def should_stop(self) -> str | None: ...
 
 
 class Interrupted(Exception):
@@ -60,12 +82,15 @@ def _pattern_stream(stream: Iterator[Job], keep: bool) -> Iterator[Job]:
 class Session:
     def __init__(self, config: SoakConfig, run_id: str, run_dir: Path, store: Records,
                  phases: Phases | None = None, runner: Runner | None = None,
-                 startup_failures: list[dict[str, Any]] | None = None):
+                 startup_failures: list[dict[str, Any]] | None = None,
+                 observer: Observer | None = None):
         self.cfg = config
         self.phases = phases or Phases()
         self.run_id, self.run_dir = run_id, run_dir
         self.store = store
         self.runner: Runner = runner or SpawnRunner()
+        self.observer = observer
+        self.last_observed = 0.0
         self.startup_failures = startup_failures or []
 
         def plan() -> Iterator[Job]:
@@ -110,13 +135,24 @@ class Session:
 
     # ---- setup -------------------------------------------------------------------------
     def worker_env(self) -> dict[str, str]:
-        """Our environment plus PYTHONPATH to this package, then the user's --env."""
+        """Our environment, PYTHONPATH to this package *alone* (a folder holding only a link to
+        it: the parent's site-packages, with its own iree.runtime and numpy, must not shadow a
+        runtime stack's), then the user's --env."""
         env = dict(os.environ)
-        pkg_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.worker_path()),
+                                                        env.get("PYTHONPATH")) if p)
         env["PYTHONFAULTHANDLER"] = "1"
         env.update(self.cfg.env)
         return env
+
+    def worker_path(self) -> Path:
+        """RUN_DIR/worker-path/stress -> this package (created once)."""
+        folder = self.run_dir.resolve() / "worker-path"
+        link = folder / "stress"
+        if not link.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
+        return folder
 
     def write_worker_config(self) -> None:
         cfg = {"driver": self.cfg.driver, "device_uri": self.cfg.device_uri,
@@ -262,6 +298,9 @@ class Session:
         # --max-failures counts failed jobs, not each error: 1,000 errors of one known failure
         # must not end a soak before a hang shows up
         self.failure_count += failed
+        if self.observer is not None:
+            self.observer.job(Outcome(job, payload.get("pid") or h.pid, failed,
+                                      tuple(sorted({n["class"] for n in res["failures"]}))))
 
     def on_bye(self, h: WorkerHandle, payload: dict[str, Any]) -> None:
         """Fires when a worker finished its teardown and is about to exit."""
@@ -427,6 +466,11 @@ class Session:
             self.stop("all planned invocations done")
         if self.interrupt is not None:
             raise Interrupted(self.interrupt)
+        if self.observer is not None and now - self.last_observed >= _OBSERVE_PERIOD_S:
+            self.last_observed = now
+            reason = self.observer.should_stop()
+            if reason:
+                self.stop(reason)
         self.top_up()
         self.store.tick()
         self.progress.tick()
