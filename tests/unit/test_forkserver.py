@@ -1,0 +1,112 @@
+"""Fork server safety checks and start-up (issue 17 item 3): forking must be refused where it is
+unsafe, and a server that cannot start is reported, never waited on forever."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from stress.engine.forkclient import ForkServer, ForkServerDown, ForkServerUnsafe
+from stress.engine.forkserver import Msg, check_fork_safety, decode, encode
+
+REPO = Path(__file__).resolve().parents[2]
+_STARTUP_S: float = 120.0  # imports numpy + iree.runtime on a loaded 2-core machine
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), **extra}
+
+
+def _fake_proc(tmp_path: Path, threads: int, libs: list[str]) -> str:
+    proc = tmp_path / "proc"
+    (proc / "task").mkdir(parents=True)
+    for tid in range(threads):
+        (proc / "task" / str(1000 + tid)).mkdir()
+    lines = ["7f0000000000-7f0000001000 r--p 00000000 00:00 0 [heap]",
+             "7f0000001000-7f0000002000 r-xp 00000000 08:01 42 /usr/lib/libc.so.6"]
+    lines += [f"7f0000003000-7f0000004000 r-xp 00000000 08:01 43 {lib}" for lib in libs]
+    (proc / "maps").write_text("\n".join(lines) + "\n")
+    return str(proc)
+
+
+def test_a_single_threaded_process_without_gpu_libraries_is_safe_to_fork(tmp_path: Path) -> None:
+    safety = check_fork_safety(_fake_proc(tmp_path, 1, []))
+    assert safety.safe, safety.reason
+    assert safety.threads == 1 and safety.gpu_libraries == ()
+
+
+def test_a_second_thread_makes_fork_unsafe_and_the_reason_says_how_many(tmp_path: Path) -> None:
+    safety = check_fork_safety(_fake_proc(tmp_path, 2, []))
+    assert not safety.safe
+    assert "2 threads" in safety.reason
+
+
+@pytest.mark.parametrize("lib", ["/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                                 "/opt/rocm/lib/libamdhip64.so.6",
+                                 "/opt/rocm/lib/libhsa-runtime64.so.1",
+                                 "/usr/lib/libnvidia-ptxjitcompiler.so.1"])
+def test_a_mapped_gpu_driver_library_makes_fork_unsafe_and_is_named(tmp_path: Path,
+                                                                    lib: str) -> None:
+    safety = check_fork_safety(_fake_proc(tmp_path, 1, [lib]))
+    assert not safety.safe
+    assert lib in safety.reason and safety.gpu_libraries == (lib,)
+
+
+def test_a_library_that_only_mentions_cuda_in_its_folder_is_not_a_driver(tmp_path: Path) -> None:
+    """The check looks at file names: a venv under /opt/cuda-tools is not libcuda."""
+    safety = check_fork_safety(_fake_proc(tmp_path, 1, ["/opt/cuda-tools/lib/libz.so.1"]))
+    assert safety.safe, safety.reason
+
+
+def test_an_unreadable_proc_is_not_called_safe(tmp_path: Path) -> None:
+    safety = check_fork_safety(str(tmp_path / "no-such-proc"))
+    assert not safety.safe and "unknown" in safety.reason
+
+
+def test_messages_round_trip_and_unknown_names_are_rejected() -> None:
+    assert decode(encode(Msg.EXITED, {"pid": 5, "status": -11})) == \
+        (Msg.EXITED, {"pid": 5, "status": -11})
+    with pytest.raises(ValueError):
+        decode(b'["reboot", {}]')
+    with pytest.raises(ValueError):
+        decode(b'["exited", 3]')
+
+
+def test_the_real_server_says_it_is_safe_to_fork_here() -> None:
+    server = ForkServer.start(sys.executable, _env(), startup_timeout_s=_STARTUP_S)
+    try:
+        assert server.hello["fork_safe"] is True
+        assert server.hello["threads"] == 1 and server.hello["gpu_libraries"] == []
+        assert server.hello["pid"] == server.pid and server.alive()
+    finally:
+        server.close()
+    assert not server.alive()
+
+
+def test_the_server_refuses_to_fork_with_a_second_thread_running() -> None:
+    with pytest.raises(ForkServerUnsafe, match="2 threads"):
+        ForkServer.start(sys.executable, _env(), startup_timeout_s=_STARTUP_S,
+                         extra_args=["--test-thread"])
+
+
+def test_the_server_refuses_to_fork_with_a_gpu_driver_library_mapped(fault_lib: Path,
+                                                                     tmp_path: Path) -> None:
+    """A library named like the CUDA driver, preloaded into the server, stands in for a
+    driver that something initialized before the fork."""
+    fake = tmp_path / "libcuda.so.1"
+    shutil.copy(fault_lib, fake)
+    with pytest.raises(ForkServerUnsafe, match="libcuda.so.1"):
+        ForkServer.start(sys.executable, _env(LD_PRELOAD=str(fake)),
+                         startup_timeout_s=_STARTUP_S)
+
+
+def test_a_server_that_dies_before_hello_is_reported_down_with_its_output(tmp_path: Path) -> None:
+    fake_python = tmp_path / "python"
+    fake_python.write_text("#!/bin/sh\necho 'no runtime in this stack' >&2\nexit 3\n")
+    fake_python.chmod(0o755)
+    with pytest.raises(ForkServerDown, match="no runtime in this stack"):
+        ForkServer.start(str(fake_python), _env(), startup_timeout_s=_STARTUP_S)
