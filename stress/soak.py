@@ -15,7 +15,7 @@ from stress.engine.config import SoakConfig
 from stress.engine.patterns import ALL_PATTERNS
 from stress.engine.phases import Phases
 from stress.engine.probe import LIBRARY_HINT, ProbeResult, probe
-from stress.engine.session import Session
+from stress.engine.session import Observer, Session
 from stress.errors import UsageError
 from stress.programs import corpus, targets, userprog
 from stress.programs.cache import ArtifactCache, load_export
@@ -130,8 +130,9 @@ def make_run_dir(results: Path | None, seed: int) -> tuple[str, Path]:
     return run_id, run_dir
 
 
-def run_soak(opts: SoakOptions) -> dict[str, Any]:
-    """Runs one soak; returns the summary (also written to RUN_DIR/summary.json)."""
+def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, Any]:
+    """Runs one soak; returns the summary (also written to RUN_DIR/summary.json). `observer`
+    watches every job outcome and may stop the run (the gate's sequential test)."""
     from stress import __version__
 
     patterns = resolve_patterns(opts.patterns)
@@ -182,7 +183,7 @@ def run_soak(opts: SoakOptions) -> dict[str, Any]:
         progress=opts.progress, compiler_version=compiler_version,
         tool_version=__version__)
     session = Session(config, run_id, run_dir, RunStore(run_dir), phases,
-                      startup_failures=found.failures)
+                      startup_failures=found.failures, observer=observer)
     with session.signals():
         session.run()
         return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})

@@ -9,6 +9,7 @@ thread's stack and state, then SIGTERM -> grace -> SIGKILL of the group, telemet
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -72,6 +73,20 @@ def write_evidence(s: Session, folder: Path | None, h: WorkerHandle, job: Job | 
                               job, attr.journal_text, extra)
 
 
+def _python_exception(h: WorkerHandle) -> str:
+    """The exception line of a worker that died of an uncaught Python exception before its
+    hello (an import error, a missing library under a runtime stack): an infrastructure
+    failure of the stack's environment, not a runtime crash. '' when it was not that."""
+    lines = h.tail(h.stderr_path).strip().splitlines()
+    if not any(line.startswith("Traceback (most recent call last)") for line in lines):
+        return ""
+    last = lines[-1] if lines else ""
+    return last if _EXCEPTION_LINE.match(last) else ""
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b")
+
+
 def _job_text(job: Job | None) -> str:
     return job.describe() if job else "no job (setup or teardown)"
 
@@ -101,9 +116,11 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     signal_group(h.pid, signal.SIGKILL)  # whatever the worker left running in its group
     sig = signal_name(rc)
     said_bye = h.bye_at is not None
-    if rc == EXIT_HARNESS:
-        s.harness_errors.append(f"worker {h.name} failed in iree-stress's own code "
-                                f"(see {h.stderr_path})")
+    cannot_start = rc == 1 and h.hello_at is None and _python_exception(h)
+    if rc == EXIT_HARNESS or cannot_start:
+        why = f"could not start: {cannot_start}" if cannot_start else \
+            "failed in iree-stress's own code"
+        s.harness_errors.append(f"worker {h.name} {why} (see {h.stderr_path})")
         s.requeue(h, None)
         end_worker(s, h, rc, "harness error", "harness")
         s.restart(h)

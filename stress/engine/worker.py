@@ -25,6 +25,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from stress.engine import inject, postmortem
 from stress.engine.invocation import Device, Expectation, FailureNote, JobResult
 from stress.engine.jobs import Job
@@ -73,10 +75,13 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
     facts: dict[str, Any] = {"python": sys.version.split()[0], "executable": sys.executable,
                              "pid": os.getpid()}
     try:
+        import iree.runtime
         import iree.runtime.version as v
 
         facts["iree_runtime"] = getattr(v, "VERSION", "?")
         facts["iree_revisions"] = getattr(v, "REVISIONS", {})
+        facts["iree_runtime_path"] = str(Path(iree.runtime.__file__).parent)
+        facts["numpy_path"] = str(Path(np.__file__).parent)
     except ImportError:
         facts["iree_runtime"] = "?"
     try:

@@ -46,3 +46,16 @@ def test_a_thread_only_waiting_for_the_gil_passes_the_blame_to_the_one_holding_i
     stacks.threads[1].frames = ["take_gil"]  # both wait: nobody better to blame
     assert capture._culprit_slot(h, victim.slot, stacks) == victim.slot
     h.close()
+
+
+def test_a_worker_dead_of_a_python_exception_before_hello_is_told_apart_from_a_crash(
+        tmp_path: Path) -> None:
+    """A stack whose workers cannot import (issue 11: an infrastructure failure, not a
+    runtime crash) dies with a traceback and status 1 before its hello."""
+    h = handle(tmp_path, tmp_path / "j.bin")
+    h.stderr_path.write_text("Traceback (most recent call last):\n  File \"x\", line 1\n"
+                             "ModuleNotFoundError: No module named 'iree'\n")
+    assert capture._python_exception(h) == "ModuleNotFoundError: No module named 'iree'"
+    h.stderr_path.write_text("Fatal Python error: Segmentation fault\n\nCurrent thread 0x1\n")
+    assert capture._python_exception(h) == ""
+    h.close()
