@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from stress.engine import capture
+from stress.engine.callstacks import Stacks, StackSource, ThreadStack
 from stress.engine.journal import JournalWriter, Step
-from stress.engine.postmortem import Stacks, StackSource, ThreadStack
 from stress.engine.workermanage import WorkerHandle
 
 
