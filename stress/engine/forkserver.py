@@ -212,22 +212,31 @@ class Server:
         if not safety.safe:
             self.send(Msg.REFUSED, {"id": req["id"], "reason": safety.reason})
             return None
+        ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
-                self._become_child(req, fds)
+                os.close(ready_r)
+                self._become_child(req, fds, ready_w)
             except BaseException:  # never let a child return into the server loop
                 os._exit(EXIT_CHILD_SETUP)
             return ChildSpec([str(a) for a in req["argv"]])
         self.children.add(pid)
+        os.close(ready_w)
+        try:  # EOF once the child leads its own group: a signal to it then reaches the group
+            os.read(ready_r, 1)
+        finally:
+            os.close(ready_r)
         self.send(Msg.FORKED, {"id": req["id"], "pid": pid})
         return None
 
-    def _become_child(self, req: dict[str, Any], fds: list[int]) -> None:
-        """In the forked child: own session, its fds at 0-3, the request's cwd and environment,
-        the server's sockets closed and its signal set-up undone, death with the server."""
+    def _become_child(self, req: dict[str, Any], fds: list[int], ready_w: int) -> None:
+        """In the forked child: own session (then `ready_w` is closed: the server answers
+        `forked` only after that), its fds at 0-3, the request's cwd and environment, the
+        server's sockets closed and its signal set-up undone, death with the server."""
         server_pid = os.getppid()
         os.setsid()
+        os.close(ready_w)
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
