@@ -9,7 +9,8 @@ healthy windows, compared like with like.
   it did just before X.
 * What the *other* threads of the process were doing at that moment is a feature of its own
   ("other thread in flight: device-create"), reconstructed from their journal entries up to that
-  moment; a thread whose kept entries start later is left out rather than guessed.
+  moment. A window in which some other thread's kept entries all come later is left out, on
+  both sides (never guessed, and never counted as "idle": see `aligned_features`).
 * Ranked by an exact test that holds up: per feature, the exact conditional (Fisher) test
   stratified by pattern (healthy windows are sampled per thread-time, failures per occurrence;
   patterns differ in what other threads do), then Benjamini-Hochberg over the features tested.
@@ -18,6 +19,7 @@ healthy windows, compared like with like.
 
 from __future__ import annotations
 
+import enum
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -71,48 +73,56 @@ def _in_flight_at(entries: Sequence[dict[str, Any]], t: float) -> list[str] | No
     return stack
 
 
-def aligned_features(steps: Sequence[dict[str, Any]], step: str) -> frozenset[str] | None:
-    """Features of a window aligned at the failing (or sampled) thread's last `begin:step`;
-    None when that thread never began the step in the window."""
+class Unaligned(enum.Enum):
+    """Why a window cannot be compared at a step."""
+
+    NO_STEP = "its thread never began the step in the window"
+    UNKNOWN_OTHERS = "another thread's state at that moment is not in the window"
+
+
+def aligned_features(steps: Sequence[dict[str, Any]], step: str) -> frozenset[str] | Unaligned:
+    """Features of a window aligned at the failing (or sampled) thread's last `begin:step`.
+
+    Unaligned.UNKNOWN_OTHERS when some other thread's kept entries all come after that moment:
+    such windows are left out on both sides. Keeping them would be unfair: a failure is
+    recorded at the failing moment (every other thread's recent entries cover it), a healthy
+    sample often long after its thread began the step (~40% of other threads unknown in real
+    runs), so other threads' steps would look rarer in health than they are."""
     own = [e for e in steps if e.get("failing")]
     own_hal = sorted(_hal(own), key=lambda e: float(e.get("t") or 0))
     idx = next((i for i in range(len(own_hal) - 1, -1, -1)
                 if own_hal[i]["step"] == step and own_hal[i]["phase"] == _BEGIN), None)
     if idx is None:
-        return None
+        return Unaligned.NO_STEP
     t = float(own_hal[idx].get("t") or 0)
-    feats: set[str] = set()
+    others: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for e in steps:
+        if not e.get("failing"):
+            others[e.get("tid") or ("slot", e.get("slot"))].append(e)
+    busy: set[str] = set()
+    for entries in others.values():
+        flight = _in_flight_at(entries, t)
+        if flight is None:
+            return Unaligned.UNKNOWN_OTHERS
+        busy.update(flight)
+    feats = {f"other thread in flight: {s}" for s in busy}
+    if others and not busy:
+        feats.add("other threads: none in flight")
     before = own_hal[max(0, idx - OWN_STEPS_BEFORE):idx]
     for e in before:
         feats.add(f"this thread before: {e['phase']}:{e['step']}")
     if before:
         feats.add(f"this thread just before: {before[-1]['phase']}:{before[-1]['step']}")
-    others: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-    for e in steps:
-        if not e.get("failing"):
-            others[e.get("tid") or ("slot", e.get("slot"))].append(e)
-    known = 0
-    busy: set[str] = set()
-    for entries in others.values():
-        flight = _in_flight_at(entries, t)
-        if flight is None:
-            continue
-        known += 1
-        busy.update(flight)
-    for s in busy:
-        feats.add(f"other thread in flight: {s}")
-    if known and not busy:
-        feats.add("other threads: none in flight")
     return frozenset(feats)
 
 
-def _legacy_healthy(w: dict[str, Any], step: str) -> frozenset[str] | None:
+def _legacy_healthy(w: dict[str, Any], step: str) -> frozenset[str] | Unaligned:
     """Windows from before m004 (tokens and an in-flight snapshot, no raw entries): the own
     thread's tokens aligned at `begin:step`; other threads from the snapshot."""
     tokens = list(w.get("tokens") or [])
     target = f"begin:{step}"
     if target not in tokens:
-        return None
+        return Unaligned.NO_STEP
     idx = len(tokens) - 1 - tokens[::-1].index(target)
     before = tokens[max(0, idx - OWN_STEPS_BEFORE):idx]
     feats = {f"this thread before: {x}" for x in before}
@@ -126,29 +136,38 @@ def _legacy_healthy(w: dict[str, Any], step: str) -> frozenset[str] | None:
 
 
 def healthy_windows(data: RunData, step: str) -> list[Window]:
-    out = []
+    return healthy_alignment(data, step)[0]
+
+
+def healthy_alignment(data: RunData, step: str) -> tuple[list[Window], Counter[Unaligned]]:
+    """Healthy windows aligned at `step`, and how many were left out for which reason."""
+    out: list[Window] = []
+    dropped: Counter[Unaligned] = Counter()
     for w in data.windows:
         if w.get("kind") != "healthy":
             continue
         feats = aligned_features(w["steps"], step) if w.get("steps") else \
             _legacy_healthy(w, step)
-        if feats is not None:
+        if isinstance(feats, Unaligned):
+            dropped[feats] += 1
+        else:
             out.append(Window(feats, w.get("pattern") or ""))
-    return out
+    return out, dropped
 
 
-def failure_windows(sig: Signature) -> tuple[list[tuple[str, Window]], int]:
-    """([(step, aligned window)], rows that could not be aligned). Each failure is aligned at
-    its own step (a teardown signature's failures may be at device or driver release)."""
-    out, unaligned = [], 0
+def failure_windows(sig: Signature) -> tuple[list[tuple[str, Window]], Counter[Unaligned]]:
+    """([(step, aligned window)], rows left out by reason). Each failure is aligned at its own
+    step (a teardown signature's failures may be at device or driver release)."""
+    out = []
+    dropped: Counter[Unaligned] = Counter()
     for row in sig.rows:
         step = row.get("step") or row.get("last_step") or ""
         feats = aligned_features(row.get("steps") or [], step)
-        if feats is None:
-            unaligned += 1
+        if isinstance(feats, Unaligned):
+            dropped[feats] += 1
         else:
             out.append((step, Window(feats, row.get("pattern") or "")))
-    return out, unaligned
+    return out, dropped
 
 
 # --- tests -----------------------------------------------------------------------------------
@@ -201,6 +220,9 @@ class SignatureCorrelation:
             return "stands out: " + ", ".join(
                 f"{f.feature} ({f.in_failures}/{f.failures} failures vs "
                 f"{f.in_healthy}/{f.healthy} healthy, q={f.q:.2g})" for f in out[:3])
+        if not self.tested:
+            return (f"cannot tell: {self.failure_windows} failure and {self.healthy_windows} "
+                    f"healthy window(s) comparable at {self.aligned_at or 'begin:' + self.step}")
         return (f"nothing stands out ({self.tested} features tested at "
                 f"{self.aligned_at or 'begin:' + self.step}, none at a {FDR:.0%} "
                 f"false-discovery rate)")
@@ -214,22 +236,25 @@ class SignatureCorrelation:
 
 
 def correlate(sig: Signature, data: RunData,
-              healthy: dict[str, list[Window]] | None = None) -> SignatureCorrelation:
-    """`healthy`: healthy windows per step (computed here when not given)."""
+              healthy: dict[str, tuple[list[Window], Counter[Unaligned]]] | None = None
+              ) -> SignatureCorrelation:
+    """`healthy`: healthy_alignment per step (computed here when not given)."""
     aligned, unaligned = failure_windows(sig)
     steps = Counter(step for step, _ in aligned) or Counter({sig.last_step or "": 1})
     main = steps.most_common(1)[0][0]
     healthy = dict(healthy or {})
     for step in steps:
         if step not in healthy:
-            healthy[step] = healthy_windows(data, step)
+            healthy[step] = healthy_alignment(data, step)
     # strata: (step, pattern) of the failures; healthy windows of the same step and pattern
     by_f: dict[tuple[str, str], list[Window]] = defaultdict(list)
     for step, w in aligned:
         by_f[(step, w.pattern)].append(w)
     by_h: dict[tuple[str, str], list[Window]] = defaultdict(list)
+    h_dropped: Counter[Unaligned] = Counter()
     for step in steps:
-        for w in healthy[step]:
+        h_dropped.update(healthy[step][1])
+        for w in healthy[step][0]:
             if (step, w.pattern) in by_f:
                 by_h[(step, w.pattern)].append(w)
     fails = [w for _, w in aligned]
@@ -237,9 +262,11 @@ def correlate(sig: Signature, data: RunData,
     res = SignatureCorrelation(sig.id, main, len(fails), len(comparable), 0)
     where = f"begin:{main}" if len(steps) == 1 else "each failure's own step"
     res.aligned_at = where
-    if unaligned:
-        res.notes.append(f"{unaligned} failure(s) whose thread never began its step in the "
-                         f"window left out")
+    for why, n in sorted(unaligned.items(), key=lambda x: x[0].name):
+        res.notes.append(f"{n} failure window(s) left out: {why.value}")
+    if h_dropped[Unaligned.UNKNOWN_OTHERS]:
+        res.notes.append(f"{h_dropped[Unaligned.UNKNOWN_OTHERS]} healthy window(s) left out: "
+                         f"{Unaligned.UNKNOWN_OTHERS.value}")
     if len(fails) < MIN_FAILURE_WINDOWS:
         res.notes.append(f"only {len(fails)} failure window(s): anecdotal")
     if len(comparable) < MIN_HEALTHY_WINDOWS:
@@ -271,11 +298,11 @@ def correlate(sig: Signature, data: RunData,
 
 
 def correlate_all(data: RunData, sigs: Sequence[Signature]) -> list[SignatureCorrelation]:
-    cache: dict[str, list[Window]] = {}
+    cache: dict[str, tuple[list[Window], Counter[Unaligned]]] = {}
     out = []
     for s in sigs:
         for step in {r.get("step") or r.get("last_step") or "" for r in s.rows}:
             if step not in cache:
-                cache[step] = healthy_windows(data, step)
+                cache[step] = healthy_alignment(data, step)
         out.append(correlate(s, data, cache))
     return out

@@ -53,7 +53,7 @@ def test_report_ranks_the_two_injected_signatures_and_names_their_steps(
         assert not any("fail:" in x["feature"] or x["feature"].endswith(f"begin:{s['last_step']}")
                        and x["feature"].startswith("this thread just before")
                        for x in corr["features"])
-        assert corr["verdict"].startswith(("nothing stands out", "stands out"))
+        assert corr["verdict"].startswith(("nothing stands out", "stands out", "cannot tell"))
     assert rep["healthy_windows"] >= 30
 
 
