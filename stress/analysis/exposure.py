@@ -59,17 +59,21 @@ def exposure_of(row: dict[str, Any]) -> Exposure:
 def job_clusters(data: RunData) -> dict[JobKey, Hashable]:
     out: dict[JobKey, Hashable] = {}
     for j in data.jobs:
-        pid = j.get("pid")
-        out[(j["run_id"], int(j["job_index"]))] = ("pid", j["run_id"], pid) if pid else \
-            ("worker", j["run_id"], j.get("worker"))
+        out[(j["run_id"], int(j["job_index"]))] = _cluster(j)
     for f in data.failures:
         if f.get("job_index") is None:
             continue
         key = (f["run_id"], int(f["job_index"]))
         if key not in out:
-            out[key] = ("pid", f["run_id"], f["pid"]) if f.get("pid") else \
-                ("worker", f["run_id"], f.get("worker"))
+            out[key] = _cluster(f)
     return out
+
+
+def _cluster(row: dict[str, Any]) -> Hashable:
+    """The worker process of a job or failure row; the worker slot for stores without pids."""
+    if row.get("pid") is not None:
+        return ("pid", row["run_id"], row["pid"])
+    return ("worker", row["run_id"], row.get("worker"))
 
 
 def process_exits(data: RunData) -> dict[ProcKey, dict[str, Any]]:
@@ -105,7 +109,7 @@ def full_teardown_rate(data: RunData, hit: Counter[JobKey]) -> Rate:
 
 
 def proc_key(row: dict[str, Any]) -> ProcKey | None:
-    return (row["run_id"], int(row["pid"])) if row.get("pid") else None
+    return (row["run_id"], int(row["pid"])) if row.get("pid") is not None else None
 
 
 def job_key(row: dict[str, Any]) -> JobKey | None:
