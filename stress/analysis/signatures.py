@@ -178,7 +178,7 @@ def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> 
     crashed_tid = _int(ev.get("crashed_tid"))
     dumps = dumps if dumps is not None else read_folder(row.get("artifacts"))
     for dump in dumps:
-        th = dump.failing(tid, crashed_tid)
+        th = dump.failing(tid, crashed_tid, crash=row["class"] == "crash")
         if th is None or not th.frames:
             continue
         crashed = row["class"] == "crash" and dump.tool in (StackTool.GDB_CORE,

@@ -101,16 +101,18 @@ class StackDump:
             return None
         return next((t for t in self.threads if t.tid == tid), None)
 
-    def failing(self, native_tid: int | None, crashed_tid: int | None = None) -> \
-            ThreadStack | None:
-        """The thread that failed: the crashing thread when known (`crashed_tid`, or the one
-        the dump marks: a core file's current thread, faulthandler's current thread), else
-        the one with the failing thread's native tid (from the journal)."""
-        hit = self.thread(crashed_tid)
-        if hit is not None:
-            return hit
-        if self.crashed is not None:
-            return self.crashed
+    def failing(self, native_tid: int | None, crashed_tid: int | None = None,
+                crash: bool = True) -> ThreadStack | None:
+        """The thread that failed. For a crash, the crashing thread when known (`crashed_tid`,
+        or the one the dump marks: a core file's current thread, faulthandler's current
+        thread); otherwise (and for hangs, where faulthandler's "current" thread is merely
+        the one that handled SIGUSR1) the one with the journal's native tid."""
+        if crash:
+            hit = self.thread(crashed_tid)
+            if hit is not None:
+                return hit
+            if self.crashed is not None:
+                return self.crashed
         return self.thread(native_tid)
 
 

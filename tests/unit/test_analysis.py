@@ -234,3 +234,15 @@ def test_the_same_frames_at_device_and_driver_release_are_one_teardown_mode(
     assert sorted(s.key.step or "" for s in sigs) == ["invoke", "teardown"]
     teardown = next(s for s in sigs if s.key.step == "teardown")
     assert teardown.where_step() == "teardown (device-release 1, driver-release 1)"
+
+
+def test_a_hangs_faulthandler_dump_does_not_blame_the_thread_that_handled_the_signal(
+        tmp_path: Path) -> None:
+    """A hang's faulthandler dump (SIGUSR1) calls the signal-handling thread "current": it is
+    not the stuck one, and has no native tid to match: no frames rather than wrong ones."""
+    folder = _folder(tmp_path, "a", "", 4242, text="# faulthandler\n",
+                     stderr=(STACKS / "faulthandler_segv.txt").read_text())
+    hang = signatures.failing_stack(_row("hang", "invoke", folder, tid=4242))
+    assert hang.frames == ()
+    crash = signatures.failing_stack(_row("crash", "invoke", folder, signal="SIGSEGV"))
+    assert crash.frames == ("release_device [victim.py]",)
