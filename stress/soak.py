@@ -12,7 +12,7 @@ from typing import Any
 
 from stress.analysis.report import signature_summaries
 from stress.engine.config import SoakConfig
-from stress.engine.patterns import ALL_PATTERNS
+from stress.engine.patterns import ALL_PATTERNS, EXIT_FAMILY
 from stress.engine.phases import Phases
 from stress.engine.probe import LIBRARY_HINT, ProbeResult, probe
 from stress.engine.session import Observer, Session
@@ -54,13 +54,20 @@ class SoakOptions:
 
 
 def resolve_patterns(names: list[str]) -> list[str]:
-    if not names or names == ["all"]:
-        return list(ALL_PATTERNS)
-    unknown = [n for n in names if n not in ALL_PATTERNS]
+    """`all` (the default): the in-process patterns and process-per-job; `exit`: the exit-path
+    family (opt-in: exit-alive finds the known local-task exit-order crash on every run)."""
+    if not names:
+        names = ["all"]
+    out: list[str] = []
+    for n in names:
+        group = list(ALL_PATTERNS) if n == "all" else list(EXIT_FAMILY) if n == "exit" else [n]
+        out += [p for p in group if p not in out]
+    known = [*ALL_PATTERNS, *EXIT_FAMILY]
+    unknown = [n for n in out if n not in known]
     if unknown:
-        raise UsageError(f"unknown pattern(s) {', '.join(unknown)}; known: "
-                         f"{', '.join(ALL_PATTERNS)}")
-    return names
+        raise UsageError(f"unknown pattern(s) {', '.join(unknown)}; known: all, exit, "
+                         f"{', '.join(known)}")
+    return out
 
 
 def choose_programs(globs: list[str], files: list[str]) -> list[Program]:

@@ -123,7 +123,7 @@ class Stacks:
 # ---- parsers (pure) ---------------------------------------------------------------------
 # Frames of a fatal-signal handler that re-raises (faulthandler, then libc's raise/kill).
 _RERAISE = re.compile(r"faulthandler|raise|pthread_kill|^kill$|tgkill")
-_GDB_THREAD = re.compile(r'^Thread \d+ \(.*?LWP (\d+)\)?(?: "([^"]*)")?\)?:')
+_GDB_THREAD = re.compile(r'^Thread \d+ \(.*?LWP (\d+)\)?(?: "([^"]*)")?(?: \(Exiting\))?\)?:')
 _GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(<signal handler called>|\S+?)"
                         r"(?: \(|$| from )")
 _GDB_CURRENT = re.compile(r"^\[Current thread is \d+ \(.*?LWP (\d+)\)")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from stress.engine import evidence, postmortem, telemetry
 from stress.engine.attribution import Attribution, attribute
+from stress.engine.forkclient import RETURNCODE_LOST
 from stress.engine.journal import Step
 from stress.engine.watchdog import STARTUP_STEP, Stuck
 from stress.engine.workermanage import WorkerHandle, signal_group
@@ -93,13 +94,22 @@ def _job_text(job: Job | None) -> str:
 
 def end_worker(s: Session, h: WorkerHandle, rc: int | None, reason: str, outcome: str) -> None:
     """The worker's row: how it ended, and what its exit exposed (a process that used a device
-    and then exited is one exposure of the driver's exit path)."""
+    and then exited is one exposure of the driver's exit path); for exit-family waves, the
+    order in which the processes of its batch ended."""
     job = next(iter(h.recent.values()), None) if h.ephemeral else None
+    if job is None and h.ephemeral:
+        job = next(iter(h.outstanding.values()), None)
     facts = {**(h.facts or {}), **({"bye": h.bye} if h.bye else {})}
+    order = None
+    if h.batch is not None:
+        s.batch_exits[h.batch] += 1
+        order = s.batch_exits[h.batch]
+    pattern = job.pattern if job else ("pool" if not h.ephemeral else None)
     s.store.end_worker(h.db_row, rc, signal_name(rc), reason, facts or None,
                        outcome=outcome, device_used=int(bool(h.recent)),
-                       pattern=job.pattern if job else ("pool" if not h.ephemeral else None),
-                       job_index=job.index if job else None, bye_at=h.bye_at)
+                       pattern=pattern, job_index=job.index if job else None, bye_at=h.bye_at,
+                       exit_path=pattern if h.batch is not None else None, batch=h.batch,
+                       exit_order=order)
 
 
 def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
@@ -126,7 +136,12 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
         s.restart(h)
         s.retire(h)
         return
-    if said_bye and rc == 0:
+    if rc == RETURNCODE_LOST:  # the fork server died before it could report the status
+        s.harness_errors.append(f"worker {h.name}: exit status lost with the fork server")
+        end_worker(s, h, None, "status lost", "lost")
+        s.retire(h)
+        return
+    if said_bye and rc == h.expected_rc:
         end_worker(s, h, rc, "exit", "clean")
         s.retire(h)
         return

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from stress.engine import capture, postmortem, watchdog
+from stress.engine import capture, exitpaths, postmortem, watchdog
 from stress.engine.attribution import Attribution, attribute, window_tokens
 from stress.engine.config import SoakConfig
+from stress.engine.forkclient import ForkServerDown, ForkServerUnsafe
+from stress.engine.forkrunner import ForkRunner
 from stress.engine.jobs import Job, schedule
 from stress.engine.phases import Phases
 from stress.engine.progress import Progress
@@ -44,6 +46,12 @@ _STOP_GRACE_S: float = 5.0  # after `stop`: a worker's last job + teardown, beyo
 _RESTART_WINDOW_S: float = 60.0  # --max-worker-restarts counts restarts within this window
 _PPJ_QUEUE_MAX: int = 4  # process-per-job jobs drawn ahead of the ephemeral slots
 _PROCESS_PER_JOB = "process-per-job"
+_EXIT_FAMILY: frozenset[str] = frozenset(exitpaths.FAMILY)
+
+
+def is_ephemeral(pattern: str) -> bool:
+    """Patterns whose every job is a process of its own (one job, then exit)."""
+    return pattern == _PROCESS_PER_JOB or pattern in _EXIT_FAMILY
 _OBSERVE_PERIOD_S: float = 1.0  # how often an observer (the gate) may stop the run
 EXIT_HARNESS: int = 70  # a worker's own code failed (worker.EXIT_HARNESS): not a runtime failure
 
@@ -76,7 +84,7 @@ def _pattern_stream(stream: Iterator[Job], keep: bool) -> Iterator[Job]:
     """The jobs of one queue: process-per-job ones (keep=True) or all the others. Two filtered
     copies of the same seeded stream: each queue draws only what it runs, so neither grows
     while the other is the bottleneck."""
-    return (j for j in stream if (j.pattern == _PROCESS_PER_JOB) == keep)
+    return (j for j in stream if is_ephemeral(j.pattern) == keep)
 
 
 class Session:
@@ -100,8 +108,12 @@ class Session:
         self.streams = {False: _pattern_stream(plan(), False), True: _pattern_stream(plan(), True)}
         self.pool_queue: deque[Job] = deque()
         self.ppj_queue: deque[Job] = deque()
-        self.pool_patterns = [p for p in config.patterns if p != _PROCESS_PER_JOB]
-        self.ppj_enabled = _PROCESS_PER_JOB in config.patterns
+        self.pool_patterns = [p for p in config.patterns if not is_ephemeral(p)]
+        self.ppj_enabled = any(is_ephemeral(p) for p in config.patterns)
+        self.exit_runner: Runner | None = None  # the fork server, started on first need
+        self.exit_runner_note = ""
+        self.batch = 0  # exit-family jobs start in waves (batches) whose exits overlap
+        self.batch_exits: Counter[int] = Counter()
         self.planned_invocations = 0
         self.stream_done = False
         self.workers: dict[int, WorkerHandle] = {}
@@ -180,6 +192,8 @@ class Session:
                 "loaded_gpu_libraries": self.facts.get("loaded_gpu_libraries"),
                 "driver_error": self.facts.get("driver_error"),
                 "worker_python": self.facts.get("python"), "worker_executable": self.python,
+                "iree_runtime_path": self.facts.get("iree_runtime_path"),
+                "exit_runner": self.exit_runner_note or None,
                 "host": platform.node(), "kernel": platform.release(),
                 "os": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
                 "parent_python": sys.version.split()[0], "seed": self.cfg.seed,
@@ -229,11 +243,24 @@ class Session:
                     and not self.pool_queue:
                 h.stop()
         ephemeral = [h for h in self.workers.values() if h.ephemeral]
+        exiting = [h for h in ephemeral if h.batch is not None]
+        wave: int | None = None
         while self.ppj_enabled and len(ephemeral) < self.ppj_slots:
             job = self.next_job(True)
             if job is None:
                 break
-            h = self.start_worker(ephemeral=True)
+            exit_job = job.pattern in _EXIT_FAMILY
+            if exit_job and exiting and wave is None:
+                # a batch starts together and exits together: wait for the last of the wave
+                self.ppj_queue.appendleft(job)
+                break
+            h = self.start_worker(ephemeral=True, exit_job=exit_job)
+            if exit_job:
+                if wave is None:
+                    self.batch += 1
+                    wave = self.batch
+                h.batch = wave
+                h.expected_rc = exitpaths.expected_returncode(exitpaths.ExitPath(job.pattern))
             h.send_job(job)
             h.stop()
             ephemeral.append(h)
@@ -245,18 +272,40 @@ class Session:
         (self.ppj_queue if ppj else self.pool_queue).appendleft(job)
         return True
 
-    def start_worker(self, ephemeral: bool) -> WorkerHandle:
+    def start_worker(self, ephemeral: bool, exit_job: bool = False) -> WorkerHandle:
         wid = self.next_worker_id
         self.next_worker_id += 1
-        return self._spawn(wid, ephemeral)
+        return self._spawn(wid, ephemeral, exit_job)
 
-    def _spawn(self, wid: int, ephemeral: bool) -> WorkerHandle:
+    def _exit_runner(self) -> Runner:
+        """The fork server for exit-family jobs (interpreter start-up paid once), or spawn
+        where forking is unsafe or the server keeps dying (said once, on stderr and in the
+        manifest)."""
+        if self.exit_runner is None:
+            try:
+                self.exit_runner = ForkRunner(self.python, self.worker_env(), self.run_dir)
+                self.exit_runner_note = "fork-server"
+            except (ForkServerUnsafe, ForkServerDown) as exc:
+                self.exit_runner = SpawnRunner()
+                self.exit_runner_note = f"spawn (fork server unusable: {exc})"
+                sys.stderr.write(f"iree-stress: exit paths use spawn: {exc}\n")
+            self.store.update_manifest(self.run_id, self.manifest())
+        return self.exit_runner
+
+    def _spawn(self, wid: int, ephemeral: bool, exit_job: bool = False) -> WorkerHandle:
         gen = self.generation[wid]
         self.generation[wid] += 1
         spec = LaunchSpec(wid, gen, self.python, self.config_path, self.run_dir,
                           self.worker_env(), ephemeral, facts=not self.facts_requested)
         self.facts_requested = True
-        h = self.runner.launch(spec)
+        runner = self._exit_runner() if exit_job else self.runner
+        try:
+            h = runner.launch(spec)
+        except ForkServerDown as exc:  # restarted under a budget by the runner; else spawn
+            self.exit_runner = SpawnRunner()
+            self.exit_runner_note = f"spawn (fork server down: {exc})"
+            sys.stderr.write(f"iree-stress: exit paths now use spawn: {exc}\n")
+            h = self.exit_runner.launch(spec)
         h.db_row = self.store.add_worker(self.run_id, wid, gen, h.pid)
         self.workers[wid] = h
         return h
@@ -330,7 +379,7 @@ class Session:
         lost = [j for j in h.outstanding.values()
                 if (failed is None or j.index != failed.index) and j.index not in begun]
         for job in sorted(lost, key=lambda j: -j.index):
-            (self.ppj_queue if job.pattern == _PROCESS_PER_JOB else self.pool_queue) \
+            (self.ppj_queue if is_ephemeral(job.pattern) else self.pool_queue) \
                 .appendleft(job)
         h.outstanding.clear()
 
@@ -524,6 +573,8 @@ class Session:
             self._kill_all("store error")
         finally:
             self.runner.close()
+            if self.exit_runner is not None:
+                self.exit_runner.close()
             postmortem.sweep_cores(self.run_dir)  # cores nobody read (cap reached, races)
             if self.unreaped:
                 self.stop_reason += (f"; {len(self.unreaped)} worker(s) survived SIGKILL (stuck "

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from stress.engine import inject, postmortem
+from stress.engine import exitpaths, inject, postmortem
 from stress.engine.invocation import Device, Expectation, FailureNote, JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import JournalWriter, SlotWriter, Step
@@ -252,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     messenger.send("hello", facts)
     worker = Worker(config, args.worker_id, journal, messenger)
     worker.run()
+    # after `bye`: an exit-family job leaves by its path (os._exit and SIGTERM never return)
+    exitpaths.leave()
     return EXIT_HARNESS if worker.harness_error else 0
 
 

@@ -68,6 +68,8 @@ class WorkerHandle:
     killed_by_us: bool = False
     unkillable: bool = False  # still there after SIGKILL: stuck in the kernel (D state)
     stop_sent_at: float | None = None
+    expected_rc: int = 0  # a clean end (exit-sigterm jobs end by SIGTERM on purpose)
+    batch: int | None = None  # exit-family wave this process belongs to
     bye: dict[str, Any] | None = None
     stdin: IO[bytes] | None = None
     facts: dict[str, Any] | None = None

@@ -348,3 +348,14 @@ def test_a_vanished_process_gives_empty_evidence_not_an_error() -> None:
     assert procstate.sample(gone, 0.01) == {}
     assert set(ev.files(gone)) == {"stacks.txt", "threads.json", "kernel.log",
                                    "telemetry_before.json"}
+
+
+def test_a_thread_gdb_marks_as_exiting_keeps_its_lwp() -> None:
+    """A thread unwinding at interpreter exit (SIGABRT from std::terminate in the exit-thread
+    path) is listed as `(LWP n) (Exiting)`: missed before, so the crash had no frames."""
+    text = ("Thread 1 (Thread 0x7fd1273ff6c0 (LWP 26218) (Exiting)):\n"
+            "#0  __pthread_kill_implementation (threadid=<optimized out>) at pthread_kill.c:44\n"
+            "#1  0x00007f in abort () at abort.c:79\n")
+    threads, _ = callstacks.parse_gdb(text)
+    assert [(t.tid, t.frames) for t in threads] == [
+        (26218, ["__pthread_kill_implementation", "abort"])]
