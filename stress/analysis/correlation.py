@@ -240,7 +240,9 @@ def correlate(sig: Signature, data: RunData,
               ) -> SignatureCorrelation:
     """`healthy`: healthy_alignment per step (computed here when not given)."""
     aligned, unaligned = failure_windows(sig)
-    steps = Counter(step for step, _ in aligned) or Counter({sig.last_step or "": 1})
+    steps = Counter(step for step, _ in aligned) or Counter(
+        {r.get("step") or r.get("last_step") or "": 1 for r in sig.rows}) or \
+        Counter({sig.last_step or "": 1})
     main = steps.most_common(1)[0][0]
     healthy = dict(healthy or {})
     for step in steps:

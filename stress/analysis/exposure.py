@@ -23,10 +23,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from stress.analysis.rundata import RunData
-from stress.analysis.stats import Comparison, Rate, Unit, clustered_rate, compare_rates
+from stress.analysis.stats import (
+    Comparison,
+    Rate,
+    Unit,
+    benjamini_hochberg,
+    clustered_rate,
+    compare_rates,
+)
 
 # exit_path values of the control arm: the process leaves by os._exit, skipping exit handlers
-CONTROL_EXIT_PATHS: frozenset[str] = frozenset({"os-exit", "os._exit", "os_exit", "_exit"})
+CONTROL_EXIT_PATHS: frozenset[str] = frozenset({"exit-os-exit", "os-exit", "os._exit"})
+ABLATION_FDR: float = 0.05  # a path "fails more than the control" at this false-discovery rate
 _TEARDOWN_CLASSES: frozenset[str] = frozenset({"crash", "teardown_hang", "error"})
 
 
@@ -157,34 +165,49 @@ class ExitPathRow:
     exit_path: str
     rate: Rate  # teardown failures per process exit
     control: bool
+    p: float | None = None  # this path against the control arm (one-sided Fisher)
+    q: float | None = None  # Benjamini-Hochberg across the paths
+
+    @property
+    def worse_than_control(self) -> bool:
+        return self.q is not None and self.q < ABLATION_FDR
 
 
 @dataclass(frozen=True)
 class ExitPathAblation:
     rows: list[ExitPathRow]
-    comparison: Comparison | None  # the rest (B) against the control arm (A)
+    comparison: Comparison | None  # every other path together (B) against the control (A)
 
     def verdict(self) -> str:
         c = self.comparison
         if c is None:
             return "no control arm (os._exit) in these runs: cannot say whether teardown is " \
                    "where the failures live"
-        if c.p_b_worse < 0.05:
-            return (f"teardown is where the failures live: exit paths through the driver's exit "
-                    f"handlers fail more than the os._exit control (Fisher p = "
+        worse = [r for r in self.rows if r.worse_than_control]
+        if worse:
+            return "teardown is where the failures live: " + "; ".join(
+                f"{r.exit_path} {r.rate.failures}/{r.rate.units} vs the os._exit control "
+                f"(q = {r.q:.2g})" for r in worse)
+        if c.p_b_worse < ABLATION_FDR:
+            return (f"teardown is where the failures live: the exit paths through the driver's "
+                    f"exit handlers together fail more than the os._exit control (Fisher p = "
                     f"{c.p_b_worse:.2g})")
         return f"no difference shown between the exit paths and the os._exit control " \
-               f"(Fisher p = {c.p_b_worse:.2g})"
+               f"(Fisher p = {c.p_b_worse:.2g} together; no single path at q < " \
+               f"{ABLATION_FDR:g})"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rows": [{"exit_path": r.exit_path, "control": r.control, **r.rate.as_dict()}
+        return {"rows": [{"exit_path": r.exit_path, "control": r.control, "p": r.p, "q": r.q,
+                          "worse_than_control": r.worse_than_control, **r.rate.as_dict()}
                          for r in self.rows],
                 "comparison": self.comparison.as_dict() if self.comparison else None,
                 "verdict": self.verdict()}
 
 
 def exit_paths(data: RunData) -> ExitPathAblation | None:
-    """Teardown failure rate per process exit of each exit path (workers.exit_path)."""
+    """Teardown failure rate per process exit of each exit path (workers.exit_path); each path
+    against the control arm (Fisher, one-sided, Benjamini-Hochberg across paths), and all of
+    them together against it."""
     exits = process_exits(data)
     by_path: dict[str, set[ProcKey]] = defaultdict(set)
     for k, w in exits.items():
@@ -194,10 +217,17 @@ def exit_paths(data: RunData) -> ExitPathAblation | None:
         return None
     failed = {k for f in data.failures if f["class"] in _TEARDOWN_CLASSES
               and exposure_of(f) is Exposure.PROCESS_EXIT for k in [proc_key(f)] if k}
-    rows = [ExitPathRow(p, exit_rate(data, failed & ks, ks), p in CONTROL_EXIT_PATHS)
-            for p, ks in sorted(by_path.items())]
     ctrl = set().union(*(ks for p, ks in by_path.items() if p in CONTROL_EXIT_PATHS))
     rest = set().union(*(ks for p, ks in by_path.items() if p not in CONTROL_EXIT_PATHS))
-    comparison = compare_rates(exit_rate(data, failed & ctrl, ctrl),
-                               exit_rate(data, failed & rest, rest)) if ctrl and rest else None
-    return ExitPathAblation(rows, comparison)
+    rates = {p: exit_rate(data, failed & ks, ks) for p, ks in sorted(by_path.items())}
+    if not ctrl or not rest:
+        return ExitPathAblation([ExitPathRow(p, r, p in CONTROL_EXIT_PATHS)
+                                 for p, r in rates.items()], None)
+    control = exit_rate(data, failed & ctrl, ctrl)
+    tested = [p for p in rates if p not in CONTROL_EXIT_PATHS]
+    pvals = [compare_rates(control, rates[p]).p_b_worse for p in tested]
+    qvals = dict(zip(tested, benjamini_hochberg(pvals), strict=True))
+    pmap = dict(zip(tested, pvals, strict=True))
+    rows = [ExitPathRow(p, r, p in CONTROL_EXIT_PATHS, pmap.get(p), qvals.get(p))
+            for p, r in rates.items()]
+    return ExitPathAblation(rows, compare_rates(control, exit_rate(data, failed & rest, rest)))

@@ -104,6 +104,7 @@ class Report:
     exit_paths: exposure.ExitPathAblation | None
     overall: Rate  # jobs hit by any failure, per job
     known_file: str | None = None
+    overall_exits: Rate | None = None  # process exits that failed, when any did
 
     @property
     def findings(self) -> list[Finding]:
@@ -128,11 +129,15 @@ class Report:
             return (f"No failures in {jobs:,} jobs ({inv:,} invocations, {runs} run(s)); "
                     f"failing jobs at most {fmt_rate(self.overall.high)} "
                     f"({self.overall.confidence:.0%} upper bound).")
+        exits = self.overall_exits
+        at_exit = "" if exits is None else (
+            f" Process exits failing: {exits.failures}/{exits.units} = {fmt_rate(exits.rate)} "
+            f"[{fmt_rate(exits.low)}, {fmt_rate(exits.high)}].")
         return (f"{len(self.signatures)} failure mode(s): {len(self.new_signatures)} new, "
                 f"{len(self.known_signatures)} known, in {jobs:,} jobs ({inv:,} invocations, "
                 f"{runs} run(s)). Jobs failing: {fmt_rate(self.overall.rate)} "
                 f"[{fmt_rate(self.overall.low)}, {fmt_rate(self.overall.high)}] "
-                f"({self.overall.confidence:.0%}, clustered by worker process).")
+                f"({self.overall.confidence:.0%}, clustered by worker process).{at_exit}")
 
     def as_dict(self) -> dict[str, Any]:
         fails: dict[str, int] = {}
@@ -145,6 +150,7 @@ class Report:
                          for s in self.summaries],
                 "invocations": self.data.invocations, "jobs": self.overall.units,
                 "failures": fails, "failing_jobs": self.overall.as_dict(),
+                "failing_exits": self.overall_exits.as_dict() if self.overall_exits else None,
                 "known_file": self.known_file,
                 "new_signatures": [s.id for s in self.new_signatures],
                 "known_signatures": [s.id for s in self.known_signatures],
@@ -172,9 +178,13 @@ def build(dirs: list[Path], known_paths: Sequence[Path] = ()) -> Report:
     corr = correlation.correlate_all(data, sigs[:CORRELATED_SIGNATURES])
     any_failed = set().union(*(s.jobs for s in sigs)) if sigs else set()
     overall = exposure.job_rate(data, any_failed)
+    exits_hit = {k for row in data.failures
+                 if exposure.exposure_of(row) is exposure.Exposure.PROCESS_EXIT
+                 for k in [exposure.proc_key(row)] if k}
     return Report(data, summaries, sigs, corr, factors.factor_rates(data, sigs),
                   exposure.exposure_counts(data), exposure.exit_paths(data), overall,
-                  ", ".join(str(p) for p in known_paths) or None)
+                  ", ".join(str(p) for p in known_paths) or None,
+                  exposure.exit_rate(data, exits_hit) if exits_hit else None)
 
 
 def signature_summaries(run_dir: Path, top: int = 10) -> list[dict[str, Any]]:
@@ -312,11 +322,13 @@ def exit_path_rows(r: Report) -> list[tuple[str, ...]]:
         return []
     return [(x.exit_path + (" (control)" if x.control else ""), f"{x.rate.units:,}",
              str(x.rate.failures), fmt_rate(x.rate.rate),
-             f"[{fmt_rate(x.rate.low)}, {fmt_rate(x.rate.high)}]") for x in r.exit_paths.rows]
+             f"[{fmt_rate(x.rate.low)}, {fmt_rate(x.rate.high)}]",
+             "" if x.q is None else f"{x.q:.2g}", "yes" if x.worse_than_control else "")
+            for x in r.exit_paths.rows]
 
 
 EXIT_PATH_HEAD: tuple[str, ...] = ("exit path", "exits", "teardown failures", "per exit",
-                                   "95% CI")
+                                   "95% CI", "q vs control", "worse")
 
 
 def _exposure_lines(r: Report, markdown: bool) -> str:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 Z95: float = 1.959963984540054
 CONFIDENCE: float = 0.95  # every interval in the reports; the gate passes its own
+SHOWN_DESIGN_EFFECT: float = 1.05  # below, "design effect 1" would be noise worth no words
 FEW_CLUSTERS: int = 5  # fewer processes: the t quantile (df = processes - 1) is large; say so
 _BISECT_STEPS: int = 80  # t quantile by bisection: 2^-80 of the bracket, far below print
 _CF_ITERATIONS: int = 300  # continued fraction of the incomplete beta (converges in < 100)
@@ -148,9 +149,10 @@ class Rate:
 
     def describe(self) -> str:
         pct = f"{self.confidence:.0%}"
+        shown = self.design_effect >= SHOWN_DESIGN_EFFECT
         clu = f"; {self.clusters} processes, design effect {self.design_effect:.2g}" \
-            if self.design_effect > 1.0 else f"; {self.clusters} processes"
-        if self.design_effect > 1.0 and self.clusters < FEW_CLUSTERS:
+            if shown else f"; {self.clusters} processes"
+        if shown and self.clusters < FEW_CLUSTERS:
             clu += ": few processes, wide on purpose"
         return (f"{self.failures}/{self.units} {self.unit}s = {fmt_rate(self.rate)} "
                 f"[{fmt_rate(self.low)}, {fmt_rate(self.high)}] ({pct}{clu})")

@@ -63,3 +63,18 @@ def test_exposures_are_counted_per_pattern() -> None:
     assert counts["per-call"].jobs == 5 and counts["per-call"].full_teardowns == 10
     assert counts["exit-os"].process_exits == 100
     assert counts["exit-normal"].exits_by_outcome == {"clean": 200}
+
+
+def test_one_bad_path_among_many_clean_ones_is_named() -> None:
+    """A real run: exit-thread crashed on every exit, five other paths never did. Pooled, the
+    paths were 13/65 against 0/13 for the control (p = 0.07); path by path it is plain."""
+    data = RunData([])
+    paths = ["exit-alive", "exit-clean", "exit-inflight", "exit-sigterm", "exit-thread",
+             "exit-os-exit"]
+    data.workers = [_worker(100 * i + n, p) for i, p in enumerate(paths) for n in range(13)]
+    data.failures = [_exit_hang(400 + n) for n in range(13)]
+    ablation = exposure.exit_paths(data)
+    assert ablation is not None and ablation.comparison is not None
+    assert ablation.comparison.p_b_worse > 0.05
+    assert [r.exit_path for r in ablation.rows if r.worse_than_control] == ["exit-thread"]
+    assert ablation.verdict().startswith("teardown is where the failures live: exit-thread 13/13")
