@@ -18,7 +18,7 @@ The parent closing its end is the only shutdown: the server leaves by os._exit (
 touched a driver, and its own exit must not run exit handlers that tests count), and its
 children, which die with it (PR_SET_PDEATHSIG), go too.
 
-A forked child takes its own session (process group), its fds (stdin, stdout, stderr, and the
+A forked child takes its own process group, its fds (stdin, stdout, stderr, and the
 message pipe at CHILD_MSG_FD), the request's cwd and environment, then runs the worker and
 leaves through the *normal* exit path: `main` returns into `sys.exit`, so Py_Finalize, atexit,
 the C library's exit() and the ELF destructors run, which is where a GPU driver's teardown
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import array
 import ctypes
+import gc
 import json
 import os
 import select
@@ -116,16 +117,19 @@ def check_fork_safety(proc: str = "/proc/self") -> ForkSafety:
     has exactly one thread and maps no GPU driver library (GPU_LIBRARY_MARKERS)."""
     try:
         threads = len(os.listdir(f"{proc}/task"))
-        libs: set[str] = set()
-        with open(f"{proc}/maps") as f:
-            for line in f:
-                path = line.rsplit(None, 1)[-1] if "/" in line else ""
-                name = os.path.basename(path)
-                if any(name.startswith(m) for m in GPU_LIBRARY_MARKERS):
-                    libs.add(path)
+        with open(f"{proc}/maps", "rb") as f:
+            maps = f.read()
     except OSError as exc:
         return ForkSafety(False, f"cannot read {proc} ({exc.strerror}): fork safety unknown",
                           0, ())
+    libs: set[str] = set()
+    # a file name starting with a marker follows a "/": one bytes search per marker (this runs
+    # before every fork), lines parsed only when one is there
+    if any(b"/" + m.encode() in maps for m in GPU_LIBRARY_MARKERS):
+        for line in maps.decode(errors="replace").splitlines():
+            path = line.rsplit(None, 1)[-1] if "/" in line else ""
+            if any(os.path.basename(path).startswith(m) for m in GPU_LIBRARY_MARKERS):
+                libs.add(path)
     found = tuple(sorted(libs))
     problems = []
     if threads != 1:
@@ -212,31 +216,25 @@ class Server:
         if not safety.safe:
             self.send(Msg.REFUSED, {"id": req["id"], "reason": safety.reason})
             return None
-        ready_r, ready_w = os.pipe()
+        gc.freeze()  # children never traverse what we imported: no copy-on-write of those pages
         pid = os.fork()
         if pid == 0:
             try:
-                os.close(ready_r)
-                self._become_child(req, fds, ready_w)
+                self._become_child(req, fds)
             except BaseException:  # never let a child return into the server loop
                 os._exit(EXIT_CHILD_SETUP)
             return ChildSpec([str(a) for a in req["argv"]])
         self.children.add(pid)
-        os.close(ready_w)
-        try:  # EOF once the child leads its own group: a signal to it then reaches the group
-            os.read(ready_r, 1)
-        finally:
-            os.close(ready_r)
+        _own_group(pid)  # done before `forked`: a signal to the group then reaches the child
         self.send(Msg.FORKED, {"id": req["id"], "pid": pid})
         return None
 
-    def _become_child(self, req: dict[str, Any], fds: list[int], ready_w: int) -> None:
-        """In the forked child: own session (then `ready_w` is closed: the server answers
-        `forked` only after that), its fds at 0-3, the request's cwd and environment, the
-        server's sockets closed and its signal set-up undone, death with the server."""
+    def _become_child(self, req: dict[str, Any], fds: list[int]) -> None:
+        """In the forked child: its own process group, its fds at 0-3, the request's cwd and
+        environment, the server's sockets closed and its signal set-up undone, death with the
+        server."""
         server_pid = os.getppid()
-        os.setsid()
-        os.close(ready_w)
+        _own_group(0)
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
@@ -275,6 +273,18 @@ class Server:
             self.children.discard(pid)
             self.send(Msg.EXITED, {"pid": pid, "status": returncode_of(status),
                                    "core_dumped": os.WCOREDUMP(status)})
+
+
+def _own_group(pid: int) -> None:
+    """Makes `pid` (0: ourselves) the leader of a new process group. Both the server and the
+    child call it, as shells do, so the group exists before either goes on, without waiting
+    for the other. A group, not a session (setsid): only the child itself could create one,
+    and the server would have to wait for it; the server's session has no terminal, so a
+    group is all that signal_group needs."""
+    try:
+        os.setpgid(pid, pid)
+    except OSError:  # EACCES/ESRCH: the other side did it first, or the child already left
+        pass
 
 
 def _ignore_signal(_sig: int, _frame: Any) -> None:
@@ -316,11 +326,21 @@ def _preload() -> str | None:
     try:
         import iree.runtime  # noqa: F401
         import numpy  # noqa: F401
+        import numpy.random  # noqa: F401  (inputs: ~10 ms per child when left to it)
 
+        import stress.engine.attribution  # noqa: F401  (failure notes)
         import stress.engine.exitpaths  # noqa: F401
         import stress.engine.worker  # noqa: F401
+        import stress.programs.reference  # noqa: F401  (expected results)
     except Exception as exc:  # reported in hello: the parent falls back to spawn
         return f"import failed: {type(exc).__name__}: {exc}"
+    from iree.runtime import _binding
+
+    # gc.freeze() before each fork keeps import-time objects out of the children's collections
+    # (their pages are never copied); at exit nanobind would then list each binding type as
+    # "leaked" (~250 lines in every child's stderr, burying evidence). Objects a child creates
+    # are freed at its exit as in a spawned worker.
+    getattr(_binding, "disable_leak_checker", lambda: None)()
     return None
 
 
