@@ -9,7 +9,7 @@ from typing import Any
 from stress.engine.journal import NO_JOB, Entry, JournalReader, Phase, SlotView, Step
 
 STEPS_KEPT: int = 24  # journal entries of the failing thread stored with each failure
-OTHER_STEPS_KEPT: int = 12  # ... and of every other thread (what it was doing meanwhile)
+OTHER_STEPS_KEPT: int = 24  # ... and of every other thread (what it was doing meanwhile)
 
 _CURRENT_THREAD = re.compile(r"Current thread (0x[0-9a-f]+)")
 

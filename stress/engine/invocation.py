@@ -138,7 +138,8 @@ class JobResult:
 
 
 _MAX_NOTES = 5  # failure notes sent per job; the counts carry the rest
-_OTHER_ENTRIES: int = 8  # journal entries kept of each other thread with a failure note
+_OTHER_ENTRIES: int = 24  # entries of each other thread kept with a failure note: enough to
+#   cut them back to the failure's own time (they ran on while the failing thread noted it)
 
 
 def snapshot(writer: SlotWriter) -> tuple[list[dict[str, Any]], list[str], int]:

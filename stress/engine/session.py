@@ -422,14 +422,15 @@ class Session:
             self.dispatch(h, name, payload)
 
     def sample_healthy(self) -> None:
-        """Snapshots the recent steps of every busy thread of one random worker: what threads
-        do when nothing fails. Failure windows are compared against these. Kept as a
+        """Snapshots the recent steps of every busy thread of every running worker: what
+        threads do when nothing fails. Failure windows are compared against these. Kept as a
         reservoir, so a long run's sample stays uniform over the whole run. Raw entries of
         every thread are stored (the sampled one marked failing); analysis derives features."""
-        live = [h for h in self.workers.values() if h.state is State.RUNNING and h.outstanding]
-        if not live:
-            return
-        h = self.sample_rng.choice(live)
+        for h in [h for h in self.workers.values()
+                  if h.state is State.RUNNING and h.outstanding]:
+            self._sample_worker(h)
+
+    def _sample_worker(self, h: WorkerHandle) -> None:
         reader = h.journal()
         if reader is None:
             return

@@ -35,6 +35,8 @@ static enum mode join_mode, exit_mode;
 static double join_prob = 1.0, exit_prob = 1.0;
 static const char *join_caller = "_runtime";
 static uint64_t rng_state;
+static pid_t rng_pid;  /* the process that seeded: a forked child reseeds (else every child of a
+                          fork server would draw the same numbers as its siblings) */
 static pthread_mutex_t rng_lock = PTHREAD_MUTEX_INITIALIZER;
 static int (*real_join)(pthread_t, void **);
 
@@ -48,8 +50,16 @@ static enum mode parse_mode(const char *v) {
 
 static double parse_prob(const char *v) { return v ? atof(v) : 1.0; }
 
+static void seed(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  rng_pid = getpid();
+  rng_state = ((uint64_t)rng_pid << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec ^ 1;
+}
+
 static double uniform(void) {
   pthread_mutex_lock(&rng_lock);
+  if (getpid() != rng_pid) seed();
   uint64_t x = rng_state; /* xorshift64* */
   x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
   rng_state = x;
@@ -96,9 +106,7 @@ __attribute__((constructor)) static void fault_init(void) {
   exit_prob = parse_prob(getenv("IREE_FAULT_EXIT_PROB"));
   const char *c = getenv("IREE_FAULT_JOIN_CALLER");
   if (c) join_caller = c;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  rng_state = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec ^ 1;
+  seed();
   real_join = (int (*)(pthread_t, void **))dlsym(RTLD_NEXT, "pthread_join");
 }
 
