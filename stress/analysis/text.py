@@ -17,6 +17,17 @@ def summary_table(s: dict[str, Any]) -> str:
              "", f"  {'pattern':<16} {'invocations':>12}"]
     for pattern, n in s["patterns"].items():
         lines.append(f"  {pattern:<16} {n:>12,}")
+    ex = s.get("exposures") or {}
+    if ex.get("process_exits"):
+        exits, full, handle = ex["process_exits"], ex["full_teardowns"], ex["handle_releases"]
+        outcomes = ", ".join(f"{k} {exits[k]:,}" for k in ("clean", "crash", "hang", "error")
+                             if exits.get(k))
+        lines += ["", "  exposures (where teardown failures live)",
+                  f"  process exits after device use {exits['total']:>8,}  "
+                  f"({exits['per_s']:g}/s{'; ' + outcomes if outcomes else ''})",
+                  f"  full teardowns                 {full['total']:>8,}  ({full['per_s']:g}/s)",
+                  f"  handle-only releases           {handle['total']:>8,}  "
+                  f"({handle['per_s']:g}/s)"]
     lines += ["", f"  {'failure class':<16} {'count':>12}"]
     for c in ALL_CLASSES:
         lines.append(f"  {c:<16} {s['failures'].get(c, 0):>12,}")
@@ -26,8 +37,10 @@ def summary_table(s: dict[str, Any]) -> str:
         for f in details[:8]:
             job = f["job"]
             sig = f" {f['signal']}" if f.get("signal") else ""
-            lines.append(f"    {f['class']}{sig} at {f['last_step']} in {job['program']} "
-                         f"[{job['pattern']}] -> {f['artifacts'] or '-'}")
+            where = f"in {job['program']} [{job['pattern']}]" if job["program"] else \
+                "in no job (driver probe, worker start-up or exit)"
+            lines.append(f"    {f['class']}{sig} at {f['last_step']} {where} -> "
+                         f"{f['artifacts'] or '-'}")
     sigs = s.get("signatures", [])
     if sigs:
         lines += ["", "  top signatures:"]
