@@ -1,0 +1,100 @@
+"""Exit paths (issue 17): a runtime whose process exit spins, crashes or blocks (an ELF
+destructor of the fault library, tests/native/libfault.c, after the worker said bye) is caught
+at worker-exit with its native frame, one signature per mode, rated per process exit, while
+the os._exit control arm (which skips exit handlers) stays clean."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.system
+
+PROGRAMS = "unary.*.f32.*"
+PATHS = "exit-clean,exit-alive,exit-inflight,exit-os-exit"
+
+
+def exit_soak(tmp_path: Path, fault_lib: Path, mode: str, prob: str,
+              duration: str = "30s") -> tuple[dict[str, Any], dict[str, Any]]:
+    run = tmp_path / mode
+    res = run_cli("soak", "--target", "cpu", "--patterns", PATHS, "--programs", PROGRAMS,
+                  "--duration", duration, "--teardown-timeout", "2s", "--timeout", "5s",
+                  "--workers", "2", "--json", "-q", "--results", str(run),
+                  "--env", f"LD_PRELOAD={fault_lib}", "--env", f"IREE_FAULT_EXIT={mode}",
+                  "--env", f"IREE_FAULT_EXIT_PROB={prob}", timeout=400)
+    assert res.rc == 1, (res.rc, res.stderr[-2000:])
+    rep = run_cli("report", str(run), "--format", "json")
+    return res.json(), rep.json()
+
+
+def exit_signatures(rep: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in rep["signatures"] if s["last_step"] in ("worker-exit", "teardown")
+            or s["class"] == "teardown_hang"]
+
+
+def path_row(rep: dict[str, Any], path: str) -> dict[str, Any]:
+    return next(r for r in rep["exit_paths"]["rows"] if r["exit_path"] == path)
+
+
+def control_arm(rep: dict[str, Any]) -> dict[str, Any]:
+    row = path_row(rep, "exit-os-exit")
+    assert row["control"]
+    return row
+
+
+@pytest.mark.slow
+def test_an_exit_that_spins_is_a_busy_teardown_hang_rated_per_exit(
+        tmp_path: Path, fault_lib: Path, cpu_artifacts: dict[str, Path]) -> None:
+    s, rep = exit_soak(tmp_path, fault_lib, "spin", "0.1")
+    hangs = [f for f in s["failures_detail"] if f["class"] == "teardown_hang"]
+    assert hangs and all(f["last_step"] == "worker-exit" for f in hangs)
+    sigs = [g for g in exit_signatures(rep) if g["class"] == "teardown_hang"]
+    assert len(sigs) == 1, [g["description"] for g in sigs]
+    assert sigs[0]["thread_state"] == "busy"
+    assert any("iree_fault_spin" in f for f in sigs[0]["frames"]), sigs[0]["frames"]
+    # per exit of a path that runs exit handlers: the interval covers the true 0.1
+    clean = path_row(rep, "exit-clean")
+    assert clean["ci_low"] <= 0.1 <= clean["ci_high"], clean
+    assert control_arm(rep)["failures"] == 0 and control_arm(rep)["units"] > 0
+    assert clean["worse_than_control"] or clean["failures"] < 5
+
+
+def test_an_exit_that_crashes_is_a_teardown_crash_with_its_native_frame(
+        tmp_path: Path, fault_lib: Path, cpu_artifacts: dict[str, Path]) -> None:
+    s, rep = exit_soak(tmp_path, fault_lib, "segv", "0.3", duration="12s")
+    crashes = [f for f in s["failures_detail"] if f["class"] == "crash" and f["job"]["program"]]
+    assert crashes and all(f["last_step"] == "worker-exit" for f in crashes)
+    sigs = [g for g in exit_signatures(rep) if g["class"] == "crash"]
+    assert len(sigs) == 1, [g["description"] for g in sigs]
+    assert sigs[0]["frames"][0] == "iree_fault_segv", sigs[0]["frames"]
+    assert control_arm(rep)["failures"] == 0 and control_arm(rep)["units"] > 0
+
+
+@pytest.mark.slow
+def test_an_exit_that_blocks_is_blocked_and_a_separate_signature_from_spinning(
+        tmp_path: Path, fault_lib: Path, cpu_artifacts: dict[str, Path]) -> None:
+    _, spin = exit_soak(tmp_path, fault_lib, "spin", "0.2", duration="15s")
+    _, block = exit_soak(tmp_path, fault_lib, "block", "0.2", duration="15s")
+    spun = [g for g in exit_signatures(spin) if g["class"] == "teardown_hang"]
+    blocked = [g for g in exit_signatures(block) if g["class"] == "teardown_hang"]
+    assert len(spun) == 1 and len(blocked) == 1
+    assert blocked[0]["thread_state"] == "blocked" and spun[0]["thread_state"] == "busy"
+    assert blocked[0]["id"] != spun[0]["id"]
+    assert any("iree_fault_block" in f for f in blocked[0]["frames"]), blocked[0]["frames"]
+
+
+def test_every_soak_reports_its_exposures(tmp_path: Path,
+                                          cpu_artifacts: dict[str, Path]) -> None:
+    res = run_cli("soak", "--target", "cpu", "--programs", PROGRAMS, "--duration", "6s",
+                  "--json", "-q", "--results", str(tmp_path / "r"))
+    assert res.rc == 0, res.stderr[-2000:]
+    ex = res.json()["exposures"]
+    assert ex["process_exits"]["total"] >= 1 and ex["process_exits"]["clean"] >= 1
+    assert ex["full_teardowns"]["total"] >= 1 and ex["handle_releases"]["total"] >= 1
+    text = run_cli("soak", "--target", "cpu", "--programs", PROGRAMS, "--duration", "4s",
+                   "-q", "--results", str(tmp_path / "t"))
+    assert "process exits after device use" in text.stdout and "full teardowns" in text.stdout
