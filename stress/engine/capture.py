@@ -118,6 +118,9 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     worker said)."""
     noticed_ns = time.monotonic_ns()
     s.drain(h)
+    if h.finish is not None and not h.killed_by_us:
+        h.inbox.extend(h.finish(rc))  # a tool process's results, parsed from its output
+        s.drain(h)
     if h.killed_by_us:
         if h.cwd is not None:
             postmortem.discard_core(h.pid, h.cwd)  # our SIGKILL leaves no core; SIGABRT might

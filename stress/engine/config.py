@@ -44,6 +44,7 @@ class SoakConfig:
     progress: bool = True
     compiler_version: str = ""
     tool_version: str = ""
+    engine: str = "python"  # python (our workers) | a Runner's engine name (native, exec)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,5 +56,5 @@ class SoakConfig:
             "teardown_timeout_s": self.teardown_timeout_s,
             "max_worker_restarts": self.max_worker_restarts, "inject": self.inject,
             "python": self.python, "shard": list(self.shard), "job_seed": self.job_seed,
-            "job_scale": self.job_scale,
+            "job_scale": self.job_scale, "engine": self.engine,
         }

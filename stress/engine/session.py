@@ -49,9 +49,10 @@ _PROCESS_PER_JOB = "process-per-job"
 _EXIT_FAMILY: frozenset[str] = frozenset(exitpaths.FAMILY)
 
 
-def is_ephemeral(pattern: str) -> bool:
-    """Patterns whose every job is a process of its own (one job, then exit)."""
-    return pattern == _PROCESS_PER_JOB or pattern in _EXIT_FAMILY
+def is_ephemeral(pattern: str, engine: str = "python") -> bool:
+    """Patterns whose every job is a process of its own (one job, then exit): process-per-job,
+    the exit family, and every job of a non-Python engine (a tool or a user's command)."""
+    return engine != "python" or pattern == _PROCESS_PER_JOB or pattern in _EXIT_FAMILY
 _OBSERVE_PERIOD_S: float = 1.0  # how often an observer (the gate) may stop the run
 EXIT_HARNESS: int = 70  # a worker's own code failed (worker.EXIT_HARNESS): not a runtime failure
 
@@ -80,11 +81,11 @@ class Interrupted(Exception):
     """SIGINT/SIGTERM to the parent: stop everything, keep what was recorded."""
 
 
-def _pattern_stream(stream: Iterator[Job], keep: bool) -> Iterator[Job]:
+def _pattern_stream(stream: Iterator[Job], keep: bool, engine: str) -> Iterator[Job]:
     """The jobs of one queue: process-per-job ones (keep=True) or all the others. Two filtered
     copies of the same seeded stream: each queue draws only what it runs, so neither grows
     while the other is the bottleneck."""
-    return (j for j in stream if is_ephemeral(j.pattern) == keep)
+    return (j for j in stream if is_ephemeral(j.pattern, engine) == keep)
 
 
 class Session:
@@ -105,11 +106,13 @@ class Session:
             return schedule(config.seed, config.programs, config.patterns, config.shard,
                             config.job_scale, config.job_seed)
 
-        self.streams = {False: _pattern_stream(plan(), False), True: _pattern_stream(plan(), True)}
+        self.streams = {keep: _pattern_stream(plan(), keep, config.engine)
+                        for keep in (False, True)}
         self.pool_queue: deque[Job] = deque()
         self.ppj_queue: deque[Job] = deque()
-        self.pool_patterns = [p for p in config.patterns if not is_ephemeral(p)]
-        self.ppj_enabled = any(is_ephemeral(p) for p in config.patterns)
+        self.pool_patterns = [p for p in config.patterns
+                              if not is_ephemeral(p, config.engine)]
+        self.ppj_enabled = any(is_ephemeral(p, config.engine) for p in config.patterns)
         self.exit_runner: Runner | None = None  # the fork server, started on first need
         self.exit_runner_note = ""
         self.batch = 0  # exit-family jobs start in waves (batches) whose exits overlap
@@ -254,7 +257,7 @@ class Session:
                 # a batch starts together and exits together: wait for the last of the wave
                 self.ppj_queue.appendleft(job)
                 break
-            h = self.start_worker(ephemeral=True, exit_job=exit_job)
+            h = self.start_worker(ephemeral=True, exit_job=exit_job, job=job)
             if exit_job:
                 if wave is None:
                     self.batch += 1
@@ -272,10 +275,11 @@ class Session:
         (self.ppj_queue if ppj else self.pool_queue).appendleft(job)
         return True
 
-    def start_worker(self, ephemeral: bool, exit_job: bool = False) -> WorkerHandle:
+    def start_worker(self, ephemeral: bool, exit_job: bool = False,
+                     job: Job | None = None) -> WorkerHandle:
         wid = self.next_worker_id
         self.next_worker_id += 1
-        return self._spawn(wid, ephemeral, exit_job)
+        return self._spawn(wid, ephemeral, exit_job, job)
 
     def _exit_runner(self) -> Runner:
         """The fork server for exit-family jobs (interpreter start-up paid once), or spawn
@@ -292,11 +296,14 @@ class Session:
             self.store.update_manifest(self.run_id, self.manifest())
         return self.exit_runner
 
-    def _spawn(self, wid: int, ephemeral: bool, exit_job: bool = False) -> WorkerHandle:
+    def _spawn(self, wid: int, ephemeral: bool, exit_job: bool = False,
+               job: Job | None = None) -> WorkerHandle:
         gen = self.generation[wid]
         self.generation[wid] += 1
         spec = LaunchSpec(wid, gen, self.python, self.config_path, self.run_dir,
-                          self.worker_env(), ephemeral, facts=not self.facts_requested)
+                          self.worker_env(), ephemeral, facts=not self.facts_requested,
+                          job=job, timeout_s=self.cfg.timeout_s,
+                          teardown_timeout_s=self.cfg.teardown_timeout_s)
         self.facts_requested = True
         runner = self._exit_runner() if exit_job else self.runner
         try:
@@ -379,7 +386,7 @@ class Session:
         lost = [j for j in h.outstanding.values()
                 if (failed is None or j.index != failed.index) and j.index not in begun]
         for job in sorted(lost, key=lambda j: -j.index):
-            (self.ppj_queue if is_ephemeral(job.pattern) else self.pool_queue) \
+            (self.ppj_queue if is_ephemeral(job.pattern, self.cfg.engine) else self.pool_queue) \
                 .appendleft(job)
         h.outstanding.clear()
 
@@ -464,10 +471,13 @@ class Session:
         for h in list(self.workers.values()):
             if h.state is State.EXITED:
                 continue
-            found = watchdog.scan(
-                h.journal(), now_ns, limits, started_ns=int(h.started * 1e9),
-                bye_ns=int(h.bye_at * 1e9) if h.bye_at is not None else None,
-                stop_ns=int(h.stop_sent_at * 1e9) if h.stop_sent_at is not None else None)
+            if h.watch is not None:  # a process without our journal: its runner's deadlines
+                found = h.watch(now_ns)
+            else:
+                found = watchdog.scan(
+                    h.journal(), now_ns, limits, started_ns=int(h.started * 1e9),
+                    bye_ns=int(h.bye_at * 1e9) if h.bye_at is not None else None,
+                    stop_ns=int(h.stop_sent_at * 1e9) if h.stop_sent_at is not None else None)
             if found is not None:
                 stuck.append((h, found))
         if stuck:

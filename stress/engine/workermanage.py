@@ -13,13 +13,17 @@ import signal
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from stress.engine import postmortem
 from stress.engine.jobs import Job
 from stress.engine.journal import JournalReader
+
+if TYPE_CHECKING:
+    from stress.engine.watchdog import Stuck
 
 _TERMINATE_GRACE_S: float = 2.0  # a worker gets this long after SIGTERM before SIGKILL
 _KILL_WAIT_S: float = 5.0  # after SIGKILL: longer means the process is stuck in the kernel
@@ -70,6 +74,12 @@ class WorkerHandle:
     stop_sent_at: float | None = None
     expected_rc: int = 0  # a clean end (exit-sigterm jobs end by SIGTERM on purpose)
     batch: int | None = None  # exit-family wave this process belongs to
+    # Runners of processes without our journal or message pipe (native tools, a user's
+    # command) judge them themselves: `watch(now_ns)` says when one is stuck (else the journal
+    # watchdog does), `finish(rc)` turns what it printed into messages (job_done, bye) that
+    # the session handles before it classifies the exit.
+    watch: Callable[[int], Stuck | None] | None = None
+    finish: Callable[[int], list[tuple[str, dict[str, Any]]]] | None = None
     bye: dict[str, Any] | None = None
     stdin: IO[bytes] | None = None
     facts: dict[str, Any] | None = None
@@ -226,6 +236,9 @@ class LaunchSpec:
     env: dict[str, str]
     ephemeral: bool  # one job, then exit
     facts: bool  # report runtime/device facts in hello
+    job: Job | None = None  # an ephemeral worker's job (runners without stdin take it here)
+    timeout_s: float = 30.0  # the run's deadlines, for runners that judge their own processes
+    teardown_timeout_s: float = 15.0
 
     @property
     def name(self) -> str:
