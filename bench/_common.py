@@ -12,6 +12,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def header() -> None:
+    """First line of every committed output: the command line, the commit, date and cores."""
+    import shlex
+    import time
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=ROOT).stdout.strip()
+    print(f"# python {shlex.join(sys.argv)}  (commit {commit}, {time.strftime('%Y-%m-%d')}, "
+          f"{os.cpu_count()} cores)", flush=True)
+
+
 def soak(*args: str, timeout: float = 900) -> dict[str, Any]:
     env = {**os.environ}
     out = subprocess.run([sys.executable, "-m", "stress", "soak", "--json", "-q", *args],

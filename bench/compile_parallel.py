@@ -7,6 +7,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import header
+
 
 def cold(jobs: int, target: str, globs: list[str]) -> float:
     from stress.programs import corpus, targets
@@ -28,10 +30,14 @@ def main() -> None:
     ap.add_argument("--programs", default="unary.*", help="comma list of globs")
     args = ap.parse_args()
     globs = args.programs.split(",")
+    from stress.programs import corpus
+
+    header()
+    n = len(corpus.select(globs))
     j1 = cold(1, args.target, globs)
     j2 = cold(2, args.target, globs)
-    print(f"{args.target} cold compile of '{args.programs}': -j 1 {j1:.1f} s, -j 2 {j2:.1f} s, "
-          f"speed-up {j1 / j2:.2f}x")
+    print(f"{args.target} cold compile of '{args.programs}' ({n} programs): -j 1 {j1:.1f} s, "
+          f"-j 2 {j2:.1f} s, speed-up {j1 / j2:.2f}x")
 
 
 if __name__ == "__main__":

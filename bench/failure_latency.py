@@ -10,7 +10,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _common import soak
+from _common import header, soak
 
 
 def timings(run_dir: str, key: str) -> list[float]:
@@ -35,6 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--timeout", type=float, default=2.0)
     args = ap.parse_args()
+    header()
     common = ["--target", "cpu", "--programs", "unary.*.f32.*", "--workers", "2",
               "--seed", "7", "--timeout", f"{args.timeout}s", "--teardown-timeout",
               f"{args.timeout}s"]

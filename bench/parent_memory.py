@@ -15,7 +15,7 @@ import tempfile
 import time
 
 import psutil
-from _common import ROOT
+from _common import ROOT, header
 
 
 def main() -> None:
@@ -23,10 +23,7 @@ def main() -> None:
     ap.add_argument("--invocations", type=int, default=1_000_000)
     ap.add_argument("--all-patterns-duration", default="180s")
     args = ap.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=ROOT).stdout.strip()
-    print(f"# python bench/parent_memory.py {' '.join(sys.argv[1:])}  (commit {commit}, "
-          f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)")
+    header()
     measure(["--patterns", "shared,per-thread", "--invocations", str(args.invocations)])
     measure(["--patterns", "all", "--duration", args.all_patterns_duration])
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from _common import ROOT, soak, steady_rate, vmfb
+from _common import ROOT, header, soak, steady_rate, vmfb
 
 
 def bare(program: str, mode: str, procs: int, seconds: float) -> float:
@@ -40,18 +41,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--procs", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=2, help="alternate bare/harness runs")
+    ap.add_argument("--rounds", type=int, default=3, help="alternate bare/harness runs")
     args = ap.parse_args()
+    header()
     cases = [("shared", "binary.add.f32.3x5x7+3x5x7"), ("shared", "unary.exp.f32.64x64"),
              ("per-call", "binary.add.f32.3x5x7+3x5x7")]
+    print(f"medians of {args.rounds} interleaved rounds of {args.seconds:g} s, {args.procs} "
+          "processes; ratio = median of the per-round harness/bare ratios")
     print(f"{'pattern':10s} {'program':32s} {'bare/s':>10s} {'harness/s':>10s} {'ratio':>6s}")
     for pattern, program in cases:
         b_rates, h_rates = [], []
         for _ in range(args.rounds):  # interleaved, so machine noise hits both alike
             b_rates.append(bare(program, pattern, args.procs, args.seconds))
             h_rates.append(harness(program, pattern, args.procs, args.seconds))
-        b, h = max(b_rates), max(h_rates)
-        print(f"{pattern:10s} {program:32s} {b:10.0f} {h:10.0f} {h / b:6.2f}", flush=True)
+        b, h = statistics.median(b_rates), statistics.median(h_rates)
+        ratio = statistics.median(x / y for x, y in zip(h_rates, b_rates, strict=True))
+        print(f"{pattern:10s} {program:32s} {b:10.0f} {h:10.0f} {ratio:6.2f}", flush=True)
 
 
 if __name__ == "__main__":
