@@ -4,8 +4,7 @@
                interpreter start-up and imports every time (the spawn fallback)
   (b) bare     a parent that imported numpy + iree.runtime forks children that create an
                instance, driver and device, load the program, invoke, read back, check, release
-               in order and exit normally: no harness at all (it gc.freeze()s before each fork
-               like the server, so the ratio measures the harness, not that trick)
+               in order and exit normally: no harness at all
   (c) server   the fork server driven through forkclient, children running the real worker
                with the `exit-clean` pattern (journal, messages, checks)
 
@@ -22,7 +21,6 @@ On a GPU: `--target cuda --device cuda --artifacts DIR` (from `iree-stress compi
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -67,7 +65,6 @@ def bare_parent(args: argparse.Namespace) -> Callable[[], int] | None:
     out_dtype = np.dtype(dtypes.get(program.results[0].dtype).storage)
     elts = [getattr(b.HalElementType, dtypes.get(a.dtype).hal) for a in program.args]
     driver_name = _driver_of(args.device)
-    getattr(b, "disable_leak_checker", lambda: None)()  # as the fork server (frozen objects)
 
     def job() -> int:
         """What a job process must do itself, as the worker does: read the module, derive
@@ -111,7 +108,6 @@ def bare_parent(args: argparse.Namespace) -> Callable[[], int] | None:
         started = ok = 0
         while started < n or running:
             while started < n and len(running) < concurrency:
-                gc.freeze()  # as the fork server does: children skip the parent's objects
                 pid = os.fork()
                 if pid == 0:
                     return job

@@ -32,6 +32,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from stress.engine.invocation import Device, JobResult, LoadedProgram
+from stress.engine.journal import SlotWriter, Step
 
 if TYPE_CHECKING:  # patterns imports this module to register the family: no import cycle
     from stress.engine.patterns import Pattern, ThreadState, Work, WorkerContext
@@ -97,7 +98,7 @@ class Leaving:
 
 _pending: Leaving | None = None
 _pending_lock = threading.Lock()
-_KEPT: list[Any] = []  # module-level: freed only by the interpreter's own teardown at exit
+_KEPT_NAME: str = "_iree_stress_kept_at_exit"  # in __main__: see _keep()
 
 
 class _ExitPattern:
@@ -124,7 +125,7 @@ class _ExitPattern:
             dev.loaded[work.program.name] = lp
             for i in range(work.job.invocations):
                 w.call(lp, work.inputs, t.writer, dev, work.expect, work.result, i)
-            kept = self.keep(dev, work)
+            kept = self.keep(dev, lp, work, t.writer)
         except BaseException:
             lp = None
             dev.release(t.writer, work.result)
@@ -135,7 +136,8 @@ class _ExitPattern:
         _set_pending(Leaving(self.path, w, work.job.index, work,
                              dev if self.keeps_device else None, lp, kept))
 
-    def keep(self, dev: Device, work: Work) -> list[Any]:
+    def keep(self, dev: Device, lp: LoadedProgram, work: Work,
+             writer: SlotWriter) -> list[Any]:
         """HAL objects to keep alive beyond the job (besides the device itself)."""
         return []
 
@@ -151,17 +153,32 @@ class ExitClean(_ExitPattern):
 class ExitAlive(_ExitPattern):
     path = ExitPath.ALIVE
 
-    def keep(self, dev: Device, work: Work) -> list[Any]:
-        """Device copies of the job's inputs: buffers alive at exit besides the device."""
+    def keep(self, dev: Device, lp: LoadedProgram, work: Work,
+             writer: SlotWriter) -> list[Any]:
+        """One more (journaled) invocation whose argument and result buffers stay alive: a
+        script that exits holding its results. Results alive at exit are what crashes
+        local-task 3.13 in repro/local_task_exit_order.py; inputs alone do not."""
         b = _binding()
-        alloc = dev.hal_device.allocator
-        return [alloc.allocate_buffer_copy(memory_type=b.MemoryType.DEVICE_LOCAL,
-                                           allowed_usage=b.BufferUsage.DEFAULT,
-                                           device=dev.hal_device, buffer=x)
-                for x in work.inputs if x.ndim]
+        hd = dev.hal_device
+        args = b.VmVariantList(len(work.inputs))
+        for arr, elt in zip(work.inputs, lp._elt, strict=True):
+            buf = hd.allocator.allocate_buffer_copy(memory_type=b.MemoryType.DEVICE_LOCAL,
+                                                    allowed_usage=b.BufferUsage.DEFAULT,
+                                                    device=hd, buffer=arr)
+            args.push_ref(b.HalBufferView(buf, list(arr.shape), elt))
+        rets = b.VmVariantList(len(lp._out_dtypes))
+        writer.begin(Step.INVOKE, dev.id)
+        try:
+            lp.context.invoke(lp.function, args, rets)
+        except Exception:
+            writer.fail(Step.INVOKE, dev.id)
+            raise
+        writer.end(Step.INVOKE, dev.id)
+        views = [rets.get_as_object(i, b.HalBufferView) for i in range(len(lp._out_dtypes))]
+        return [args, rets, *views]
 
     def leave(self, state: Leaving) -> None:
-        _KEPT.append(state)
+        _keep(state)
 
 
 class ExitInflight(_ExitPattern):
@@ -182,14 +199,14 @@ class ExitInflight(_ExitPattern):
             hd.queue_copy(src, dst, wait_semaphores=b.HalFence.create_at(sem, i),
                           signal_semaphores=b.HalFence.create_at(sem, i + 1))
         state.kept += [src, dst, sem]
-        _KEPT.append(state)
+        _keep(state)
 
 
 class ExitThread(_ExitPattern):
     path = ExitPath.THREAD
 
     def leave(self, state: Leaving) -> None:
-        _KEPT.append(state)
+        _keep(state)
         _start_invoking(state)
 
 
@@ -197,7 +214,7 @@ class ExitSigterm(_ExitPattern):
     path = ExitPath.SIGTERM
 
     def leave(self, state: Leaving) -> None:
-        _KEPT.append(state)
+        _keep(state)
         _start_invoking(state)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -210,6 +227,18 @@ class ExitOsExit(_ExitPattern):
 
     def leave(self, state: Leaving) -> None:
         _os_exit()
+
+
+def _keep(state: Leaving) -> None:
+    """Leaves `state` to the interpreter's teardown as a script leaves its globals: in
+    __main__, whose dict is cleared last, after the runtime's own modules (the shape of
+    repro/local_task_exit_order.py). Kept in a module imported after iree.runtime it would be
+    freed while the binding is still intact, and local-task 3.13 then exits cleanly."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        return
+    kept = main.__dict__.setdefault(_KEPT_NAME, [])
+    kept.append(state)
 
 
 def _os_exit() -> None:

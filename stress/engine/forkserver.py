@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import array
 import ctypes
-import gc
 import json
 import os
 import select
@@ -216,7 +215,6 @@ class Server:
         if not safety.safe:
             self.send(Msg.REFUSED, {"id": req["id"], "reason": safety.reason})
             return None
-        gc.freeze()  # children never traverse what we imported: no copy-on-write of those pages
         pid = os.fork()
         if pid == 0:
             try:
@@ -334,13 +332,6 @@ def _preload() -> str | None:
         import stress.programs.reference  # noqa: F401  (expected results)
     except Exception as exc:  # reported in hello: the parent falls back to spawn
         return f"import failed: {type(exc).__name__}: {exc}"
-    from iree.runtime import _binding
-
-    # gc.freeze() before each fork keeps import-time objects out of the children's collections
-    # (their pages are never copied); at exit nanobind would then list each binding type as
-    # "leaked" (~250 lines in every child's stderr, burying evidence). Objects a child creates
-    # are freed at its exit as in a spawned worker.
-    getattr(_binding, "disable_leak_checker", lambda: None)()
     _warm_up()
     return None
 

@@ -103,10 +103,12 @@ def job(path: ExitPath, invocations: int = 4) -> dict[str, Any]:
 
 
 @pytest.fixture
-def server() -> Iterator[ForkServer]:
+def server(tmp_path: Path) -> Iterator[ForkServer]:
     s = ForkServer.start(sys.executable, _env(), startup_timeout_s=_STARTUP_S)
     yield s
     s.close()
+    for core in tmp_path.glob("core*"):  # of children that crashed: hundreds of MiB each
+        core.unlink()
 
 
 def test_a_forked_worker_leads_its_own_process_group_and_exits_0_at_end_of_input(
@@ -265,3 +267,36 @@ def test_a_server_that_stops_answering_is_reported_down(
     with pytest.raises(ForkServerDown, match="did not answer"):
         fork_worker(server, tmp_path, _config(tmp_path, None), "stalled")
     assert not server.alive()
+
+
+@pytest.mark.parametrize("path", [ExitPath.ALIVE, ExitPath.CLEAN])
+def test_a_forked_job_ends_exactly_as_a_spawned_one(server: ForkServer, tmp_path: Path,
+                                                     cpu_artifacts: dict[str, Path],
+                                                     path: ExitPath) -> None:
+    """The fork must not change how a process ends: with gc.freeze() in the server, the
+    children never tore down the binding's import-time objects, and exit-alive exited 0 where
+    a spawned process dies by SIGSEGV (local-task 3.13: results alive at exit). Whatever the
+    runtime does at exit, both ways must agree."""
+    config = _config(tmp_path, cpu_artifacts)
+    forked = fork_worker(server, tmp_path, config, "forked", [job(path)])
+    try:
+        forked_rc = forked.proc.wait(timeout=_CHILD_S)
+    finally:
+        forked.close()
+    msg_r, msg_w = os.pipe()
+    spawned = subprocess.Popen(
+        [sys.executable, "-m", "stress.engine.exitpaths", "--config", str(config),
+         "--worker-id", "0", "--journal", str(tmp_path / "spawned.bin"), "--msg-fd",
+         str(msg_w)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, pass_fds=[msg_w], env=_env(), cwd=tmp_path)
+    os.close(msg_w)
+    try:
+        assert spawned.stdin is not None
+        spawned.stdin.write((json.dumps(["job", job(path)]) + "\n").encode())
+        spawned.stdin.close()
+        spawned_rc = spawned.wait(timeout=_CHILD_S)
+    finally:
+        os.close(msg_r)
+        for core in tmp_path.glob("core*"):
+            core.unlink()
+    assert forked_rc == spawned_rc
