@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.system]
 def _gpu_target() -> str | None:
     found = probe(sys.executable, ["cuda", "hip"], dict(os.environ))
     for driver, target in (("cuda", "cuda"), ("hip", "rocm")):
-        if found.get(driver, {}).get("ok"):
+        if found.drivers.get(driver, {}).get("ok"):
             return target
     return None
 
