@@ -110,3 +110,36 @@ def test_a_server_that_dies_before_hello_is_reported_down_with_its_output(tmp_pa
     fake_python.chmod(0o755)
     with pytest.raises(ForkServerDown, match="no runtime in this stack"):
         ForkServer.start(str(fake_python), _env(), startup_timeout_s=_STARTUP_S)
+
+
+def test_the_exit_family_names_six_paths_and_only_sigterm_expects_a_signal_death() -> None:
+    from stress.engine import exitpaths
+    from stress.engine.exitpaths import ExitPath, expected_returncode
+
+    assert set(exitpaths.FAMILY) == {"exit-clean", "exit-alive", "exit-inflight", "exit-thread",
+                                     "exit-sigterm", "exit-os-exit"}
+    assert {p.value: expected_returncode(p) for p in ExitPath if expected_returncode(p)} == \
+        {"exit-sigterm": -15}
+    # the control arm and the signal death are the two that skip exit handlers
+    assert {p for p in ExitPath if not p.runs_exit_handlers} == {ExitPath.OS_EXIT,
+                                                                 ExitPath.SIGTERM}
+    for name in exitpaths.FAMILY:
+        assert exitpaths.PATTERNS[name].name == name and exitpaths.PATTERNS[name].summary
+
+
+def test_registering_the_family_keeps_patterns_already_registered() -> None:
+    from stress.engine import exitpaths
+
+    mine = object()
+    registry: dict[str, object] = {"exit-clean": mine}
+    exitpaths.register(registry)  # type: ignore[arg-type]
+    assert registry["exit-clean"] is mine and set(registry) == set(exitpaths.FAMILY)
+
+
+def test_leave_with_nothing_pending_returns_for_paths_that_exit_normally() -> None:
+    from stress.engine import exitpaths
+    from stress.engine.exitpaths import ExitPath
+
+    assert exitpaths.pending() is None
+    for path in (None, ExitPath.CLEAN, ExitPath.ALIVE, ExitPath.THREAD):
+        exitpaths.leave(path)  # returns: the caller exits normally
