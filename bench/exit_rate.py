@@ -66,6 +66,27 @@ def bare_parent(args: argparse.Namespace) -> Callable[[], int] | None:
     elts = [getattr(b.HalElementType, dtypes.get(a.dtype).hal) for a in program.args]
     driver_name = _driver_of(args.device)
 
+    def read_back(device: Any, view: Any) -> Any:
+        """Maps host-visible results (cpu); DMA-copies device memory (GPU) into a host
+        staging buffer first, as the worker does."""
+        buf = view.get_buffer()
+        visible = int(b.MemoryType.HOST_VISIBLE)
+        if buf.memory_type() & visible == visible:
+            source = buf
+        else:
+            source = device.allocator.allocate_buffer(
+                memory_type=b.MemoryType.HOST_LOCAL | b.MemoryType.DEVICE_VISIBLE,
+                allowed_usage=b.BufferUsage.TRANSFER_TARGET | b.BufferUsage.MAPPING_SCOPED,
+                allocation_size=buf.byte_length())
+            sem = device.create_semaphore(0)
+            device.queue_copy(buf, source, wait_semaphores=b.HalFence.create_at(sem, 0),
+                              signal_semaphores=b.HalFence.create_at(sem, 1))
+            b.HalFence.create_at(sem, 1).wait()
+        mapping = source.map()
+        out = np.array(mapping.asarray(tuple(view.shape), out_dtype), copy=True)
+        del mapping
+        return out
+
     def job() -> int:
         """What a job process must do itself, as the worker does: read the module, derive
         the inputs and the reference from the job's seed, then the HAL work."""
@@ -93,9 +114,8 @@ def bare_parent(args: argparse.Namespace) -> Callable[[], int] | None:
             rets = b.VmVariantList(1)
             ctx.invoke(fn, arg_list, rets)
             view = rets.get_as_object(0, b.HalBufferView)
-            mapping = view.map()
-            out = np.array(mapping.asarray(tuple(view.shape), out_dtype), copy=True)
-            del mapping, view, rets, arg_list
+            out = read_back(device, view)
+            del view, rets, arg_list
             ok += reference.matches(program.results[0].dtype, out, expected)
         del fn, ctx, module, hal, device, driver, instance  # dependency order, as the worker
         return 0 if ok == args.invocations else 1
