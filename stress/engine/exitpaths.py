@@ -7,7 +7,8 @@ cheaply forked by stress.engine.forkserver): load, invoke, check numerics like a
 then, after the worker said `bye` (so its results reached the parent), leave by its path:
 
   exit-clean    release everything in dependency order, then exit normally
-  exit-alive    exit normally with the device, its loaded program and buffers still alive
+  exit-alive    exit normally with the device, its program and an invocation's argument and
+                result buffers still alive, left in __main__ as a script leaves its globals
   exit-inflight exit normally right after queueing copies that nobody waits for
   exit-thread   exit normally while a second thread still invokes on the device
   exit-sigterm  SIGTERM arrives while a second thread invokes: the expected end is that death
@@ -16,7 +17,8 @@ then, after the worker said `bye` (so its results reached the parent), leave by 
 "Exit normally" means `SystemExit` out of everything: Py_Finalize, atexit, the C library's
 exit() and the ELF destructors, where the driver's teardown runs. The worker calls `leave()`
 after `bye`; a pattern's `run` only records which path the process takes and keeps alive what
-that path needs (module-level, so nothing is released before the interpreter's own teardown).
+that path needs (in __main__'s globals, so nothing is released before the interpreter's own
+teardown, which clears __main__ after the runtime's modules).
 Runs inside the worker: numpy, iree.runtime and stress.engine only.
 """
 
