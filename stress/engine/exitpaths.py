@@ -18,7 +18,7 @@ then, after the worker said `bye` (so its results reached the parent), leave by 
 exit() and the ELF destructors, where the driver's teardown runs. The worker calls `leave()`
 after `bye`; a pattern's `run` only records which path the process takes and keeps alive what
 that path needs (in __main__'s globals, so nothing is released before the interpreter's own
-teardown, which clears __main__ after the runtime's modules).
+teardown).
 Runs inside the worker: numpy, iree.runtime and stress.engine only.
 """
 
@@ -233,9 +233,8 @@ class ExitOsExit(_ExitPattern):
 
 def _keep(state: Leaving) -> None:
     """Leaves `state` to the interpreter's teardown as a script leaves its globals: in
-    __main__, whose dict is cleared last, after the runtime's own modules (the shape of
-    repro/local_task_exit_order.py). Kept in a module imported after iree.runtime it would be
-    freed while the binding is still intact, and local-task 3.13 then exits cleanly."""
+    __main__ (the shape of repro/local_task_exit_order.py). Nothing of it is released before
+    Py_Finalize clears the modules."""
     main = sys.modules.get("__main__")
     if main is None:
         return
