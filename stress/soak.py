@@ -51,6 +51,10 @@ class SoakOptions:
     progress: bool
     artifacts: Path | None = None
     argv: list[str] = field(default_factory=list)
+    engine: str = "python"  # python | exec (the command after `--`) | native
+    command: list[str] = field(default_factory=list)  # exec: argv after `--`
+    done_regex: str | None = None  # exec: the command's "work finished" line
+    record: bool = False  # native: record HAL replays
 
 
 def resolve_patterns(names: list[str]) -> list[str]:
@@ -142,6 +146,10 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
     watches every job outcome and may stop the run (the gate's sequential test)."""
     from stress import __version__
 
+    if opts.command and opts.engine != "exec":
+        raise UsageError("a command after `--` runs only with --engine exec")
+    if opts.engine == "exec":
+        return run_exec_soak(opts, observer)
     patterns = resolve_patterns(opts.patterns)
     exported = load_export(opts.artifacts) if opts.artifacts else None
     programs = choose_exported(exported[1], opts.programs) if exported else \
@@ -191,6 +199,70 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
         tool_version=__version__)
     session = Session(config, run_id, run_dir, RunStore(run_dir), phases,
                       startup_failures=found.failures, observer=observer)
+    with session.signals():
+        session.run()
+        return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})
+
+
+_GPU_TOOLS: tuple[tuple[str, str], ...] = (("nvidia-smi", "cuda"), ("amd-smi", "rocm"),
+                                           ("rocm-smi", "rocm"))  # whose telemetry to read
+
+
+def exec_target(name: str | None) -> targets.Target:
+    """The target of an exec soak, for telemetry only (the command brings its own device):
+    --target, else the GPU whose tool is on PATH, else cpu (no telemetry)."""
+    import shutil
+
+    if name:
+        return targets.parse(name)
+    return targets.parse(next((b for tool, b in _GPU_TOOLS if shutil.which(tool)), "cpu"))
+
+
+def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, Any]:
+    """`soak --engine exec -- CMD`: every job one run of the user's command (execrunner)."""
+    from stress import __version__
+    from stress.engine.execrunner import (
+        EXEC_PATTERN,
+        ONE_RUN_SCALE,
+        ExecCommand,
+        ExecRunner,
+        exec_program,
+        resolve_executable,
+    )
+
+    if opts.inject:
+        raise UsageError("--inject fires inside our workers; an exec command has none")
+    if opts.duration_s is not None and opts.duration_s <= 0:
+        raise UsageError("--duration must be positive")
+    command = ExecCommand(list(opts.command), Path.cwd(), opts.done_regex, dict(opts.env))
+    try:
+        command.validate()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(3), "little")
+    run_id, run_dir = make_run_dir(opts.results, seed)
+    program = exec_program(command.argv)
+    exe = resolve_executable(command.argv[0], command.cwd, {**os.environ, **opts.env})
+    duration = opts.duration_s
+    if duration is None and opts.invocations is None:
+        duration = 20.0
+    argv = ["iree-stress", "soak", *opts.argv]
+    if opts.seed is None:
+        argv += ["--seed", str(seed)]
+    target = exec_target(opts.target)
+    config = SoakConfig(
+        target=target, driver="exec", device_uri=opts.device or "",
+        programs=[program], artifacts={program.name: Path(exe)}, patterns=[EXEC_PATTERN],
+        workers=opts.workers or 1, threads=1, seed=seed, duration_s=duration,
+        invocations=opts.invocations, env=opts.env, max_failures=opts.max_failures,
+        results_dir=run_dir, timeout_s=opts.timeout_s,
+        teardown_timeout_s=opts.teardown_timeout_s,
+        max_worker_restarts=opts.max_worker_restarts, python=opts.python, shard=opts.shard,
+        job_seed=opts.job_seed, job_scale=ONE_RUN_SCALE, command=shlex.join(argv),
+        progress=opts.progress, tool_version=__version__, engine="exec",
+        exec_argv=command.argv, exec_cwd=str(command.cwd), done_regex=opts.done_regex)
+    session = Session(config, run_id, run_dir, RunStore(run_dir), Phases(),
+                      runner=ExecRunner(command), observer=observer)
     with session.signals():
         session.run()
         return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})

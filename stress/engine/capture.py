@@ -150,6 +150,8 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
         return
     stderr = h.tail(h.stderr_path)
     attr = attribute(h.journal(), stderr)
+    if attr.last_step is None:
+        attr.last_step = h.default_step
     exposure = None
     if said_bye:  # its work was done and reported: the process's exit itself failed
         attr.last_step = Step.WORKER_EXIT.label
@@ -162,7 +164,7 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     elif sig is not None and h.cwd is not None:  # native stacks post mortem (core + gdb, ...)
         reader = h.journal()
         tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
-        crash = evidence.collect_crash(h.pid, s.python, h.cwd, stderr,
+        crash = evidence.collect_crash(h.pid, h.exe or s.python, h.cwd, stderr,
                                        since_wall=h.started_wall, tids=tids)
         if crash.stacks.crashed_tid and not attr.native_tid:
             attr.native_tid = crash.stacks.crashed_tid
@@ -175,6 +177,8 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     message = f"worker {h.name} {what} {when}"
     after = telemetry.snapshot(s.cfg.target.backend.value)
     facts: dict[str, Any] = crash.summary() if crash else {"stack_source": "none"}
+    if h.describe is not None:
+        facts.update(h.describe())
     files = crash.files() if crash else {
         "stacks.txt": "# none\nthe process exited with a status, not a signal: no stack\n"}
     write_evidence(s, folder, h, job, attr, {
@@ -188,8 +192,8 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
                        (noticed_ns - attr.last_record_ns) / 1e9
                        if attr.last_record_ns else None}}, indent=1)})
     record(s, cls, h, job, sig, attr, message, folder, evidence_facts=facts, exposure=exposure)
-    s.requeue(h, job)
     end_worker(s, h, rc, sig or f"exit {rc}", "crash" if cls is FailureClass.CRASH else "error")
+    s.requeue(h, job)  # after end_worker: it names the job a process-per-job worker ran
     s.restart(h)
     s.retire(h)
 
@@ -217,6 +221,8 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
         attr = attribute(h.journal(), "", slot_hint=slot)
         if st.slot is None or attr.last_step is None:
             attr.last_step = st.label
+        if h.watch is not None and not attr.native_tid:  # no journal names a thread: the
+            attr.native_tid = _main_tid(h)  # main thread is where a tool process waits
         job = s.job_of(h, attr)
         folder = new_folder(s, cls, h.name)
         deadline = s.cfg.teardown_timeout_s if st.teardown else s.cfg.timeout_s
@@ -229,6 +235,8 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
                   "evidence_and_kill_s": t_killed - t0, "deadline_s": deadline,
                   "declared_after_step_begin_s": st.age_s, "workers_stuck": len(stuck)}
         facts: dict[str, Any] = hang.processes[h.pid].summary(attr.native_tid or _main_tid(h))
+        if h.describe is not None:
+            facts.update(h.describe())
         exposure = "process_exit" if st.step is Step.WORKER_EXIT else None
         write_evidence(s, folder, h, job, attr, {
             **hang.files(h.pid),
@@ -240,8 +248,8 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
                                         **facts}, indent=1)})
         record(s, cls, h, job, None, attr, message, folder, evidence_facts=facts,
                exposure=exposure)
-        s.requeue(h, job)
         end_worker(s, h, rc, "unkillable (D state)" if h.unkillable else cls.value, "hang")
+        s.requeue(h, job)
         s.restart(h)
         s.retire(h)
 

@@ -45,6 +45,10 @@ class SoakConfig:
     compiler_version: str = ""
     tool_version: str = ""
     engine: str = "python"  # python (our workers) | a Runner's engine name (native, exec)
+    exec_argv: list[str] = field(default_factory=list)  # exec: the command ({seed} {job} {gpu})
+    exec_cwd: str = ""  # exec: where the command runs (where iree-stress was started)
+    done_regex: str | None = None  # exec: the command's "work finished" output line
+    record: bool = False  # native: record each job's HAL stream (--device_replay_output)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -57,4 +61,6 @@ class SoakConfig:
             "max_worker_restarts": self.max_worker_restarts, "inject": self.inject,
             "python": self.python, "shard": list(self.shard), "job_seed": self.job_seed,
             "job_scale": self.job_scale, "engine": self.engine,
+            "exec_argv": self.exec_argv, "exec_cwd": self.exec_cwd,
+            "done_regex": self.done_regex, "record": self.record,
         }

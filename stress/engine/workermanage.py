@@ -85,6 +85,11 @@ class WorkerHandle:
     facts: dict[str, Any] | None = None
     db_row: int = 0
     cwd: Path | None = None  # where a core of this worker lands
+    exe: str | None = None  # the executable its core belongs to (None: the worker's python)
+    default_step: str | None = None  # the step blamed when no journal names one ("run")
+    # facts its runner read off the process (an exec job's last output lines), added to the
+    # evidence of any failure of it
+    describe: Callable[[], dict[str, Any]] | None = None
     started_wall: float = field(default_factory=time.time)
     _buf: bytes = b""
     _journal: JournalReader | None = None

@@ -1,0 +1,324 @@
+"""The Runner of `--engine exec -- CMD`: every job runs the user's own command (a ctest test, a
+Catch2 binary, a script) as one process, judged like a worker without a journal.
+
+The command runs without a shell, `{seed}`, `{job}` and `{gpu}` substituted in its arguments, in
+its own process group, in the directory iree-stress was started from (relative paths in the
+command mean what they mean in the user's shell), with core dumps on (`postmortem.
+prepare_child`, so a crash leaves a core for its native stacks). Its deadlines are its own
+(`watch`): `--timeout` for the whole command and, once its output matched `--done-regex` (the
+test said it finished its work), `--teardown-timeout` for its exit: past that it is a teardown
+hang at `worker-exit`, the fusilli stall. At its exit `finish` turns the exit into the messages
+a Python worker would have sent (job_done, bye). The session does everything else: evidence,
+classification, store rows, reports.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stress.engine import postmortem
+from stress.engine.invocation import JobResult
+from stress.engine.jobs import Job
+from stress.engine.journal import Step
+from stress.engine.watchdog import Stuck
+from stress.engine.workermanage import LaunchSpec, Proc, WorkerHandle, signal_group
+from stress.programs.program import Arg, Program
+
+EXEC_PATTERN: str = "exec"  # the one lifecycle "pattern" of exec jobs: the command itself
+RUN_STEP: str = "run"  # the step blamed while the command runs (before its done marker)
+PLACEHOLDERS: tuple[str, ...] = ("seed", "job", "gpu")
+_PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
+_LAUNCHERS: frozenset[str] = frozenset({
+    "python", "python3", "sh", "bash", "env", "timeout", "taskset", "numactl", "uv",
+    "pytest"})  # a command whose own name says little: the program is its first operand
+#   (ctest is not one: its operands are option values; `exec:ctest` groups a ctest run)
+OUTPUT_KEY_LINES: int = 3  # last non-empty lines of output in a signature: enough to tell
+#   "SIGSEGV after 'Tests passed'" from a failed assertion, few enough to stay stable
+_OUTPUT_KEY_LINE_CHARS: int = 160
+_CARRY_MAX: int = 4096  # a partial line kept between reads (a marker split across writes)
+_NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+(\.\d+)?(e-?\d+)?")
+_PATH = re.compile(r"(?:/[\w.+@-]+){2,}/?")
+
+
+# ---- pure helpers -----------------------------------------------------------------------
+def substitute(argv: Sequence[str], values: Mapping[str, object]) -> list[str]:
+    """`{seed}`, `{job}`, `{gpu}` in each argument replaced by `values` (no shell, so no other
+    expansion); other braces (JSON, shell syntax) stay as they are. Pure."""
+    return [_PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), a) for a in argv]
+
+
+def program_name(argv: Sequence[str]) -> str:
+    """A stable name for the command, so reports group its jobs: `exec:NAME` with NAME the
+    command's basename, or for a launcher (python, sh, ctest, ...) that and the basename of
+    its first operand (`exec:python:test_device.py`). Pure."""
+    if not argv:
+        return "exec:?"
+    head = os.path.basename(argv[0])
+    name = head
+    if re.sub(r"[\d.]+$", "", head) in _LAUNCHERS:
+        operand = next((a for a in argv[1:] if not a.startswith("-") and "=" not in a), None)
+        if operand is not None:
+            name = f"{head}:{os.path.basename(operand.rstrip('/'))}"
+    return f"exec:{name}"
+
+
+def normalize_line(line: str) -> str:
+    """An output line with paths, addresses and numbers blanked: lines that differ only in a
+    pid, a time or a temp folder read the same. Pure."""
+    return _NUMBER.sub("#", _PATH.sub("<path>", line.strip()))[:_OUTPUT_KEY_LINE_CHARS]
+
+
+def output_key(text: str, lines: int = OUTPUT_KEY_LINES) -> list[str]:
+    """The last `lines` non-empty lines of `text`, normalized (for signatures). Pure."""
+    kept = [normalize_line(x) for x in text.splitlines() if x.strip()]
+    return kept[-lines:]
+
+
+def resolve_executable(argv0: str, cwd: Path, env: Mapping[str, str]) -> str:
+    """The file a core of this command belongs to (for gdb): a path as given (relative to
+    `cwd`), else found on the command's PATH; the name itself when nothing matches."""
+    if os.sep in argv0:
+        return str((cwd / argv0).resolve())
+    found = shutil.which(argv0, path=env.get("PATH"))
+    return found or argv0
+
+
+@dataclass
+class OutputWatch:
+    """Follows a process's output files and notes when a line first matches `pattern`."""
+
+    paths: tuple[Path, ...]
+    pattern: re.Pattern[str] | None
+    offsets: list[int] = field(default_factory=list)
+    carry: list[bytes] = field(default_factory=list)
+    matched_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        self.offsets = [0] * len(self.paths)
+        self.carry = [b""] * len(self.paths)
+
+    def poll(self, now_ns: int) -> int | None:
+        """Reads what was written since the last call; returns when the marker was first
+        seen (the time of the read that saw it), or None."""
+        if self.pattern is None or self.matched_ns is not None:
+            return self.matched_ns
+        for i, path in enumerate(self.paths):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets[i])
+                    chunk = f.read()
+            except OSError:
+                continue
+            if not chunk:
+                continue
+            self.offsets[i] += len(chunk)
+            *lines, rest = (self.carry[i] + chunk).split(b"\n")
+            self.carry[i] = rest[-_CARRY_MAX:]
+            if any(self.pattern.search(x.decode(errors="replace")) for x in [*lines, rest]):
+                self.matched_ns = now_ns
+                break
+        return self.matched_ns
+
+
+# ---- one process ------------------------------------------------------------------------
+@dataclass
+class ExecJudge:
+    """The deadlines and the end of one command process (set as the handle's watch/finish)."""
+
+    job: Job | None
+    pid: int
+    started_ns: int
+    started_wall: float
+    timeout_s: float
+    teardown_timeout_s: float
+    output: OutputWatch
+    logs: tuple[Path, Path]
+    keep_logs: bool = False
+
+    def done_ns(self, now_ns: int) -> int | None:
+        return self.output.poll(now_ns)
+
+    def watch(self, now_ns: int) -> Stuck | None:
+        """Past `--teardown-timeout` after the done marker: a teardown hang at worker-exit;
+        else past `--timeout` since the start: a hang in `run`."""
+        done = self.done_ns(now_ns)
+        if done is not None:
+            age = (now_ns - done) / 1e9
+            if age > self.teardown_timeout_s:
+                return Stuck(None, Step.WORKER_EXIT, Step.WORKER_EXIT.label, True, age)
+            return None
+        age = (now_ns - self.started_ns) / 1e9
+        if age > self.timeout_s:
+            return Stuck(None, None, RUN_STEP, False, age)
+        return None
+
+    def finish(self, rc: int) -> list[tuple[str, dict[str, Any]]]:
+        """The messages of a command that ended: job_done and bye when it did its work
+        (printed its done marker, or exited 0 without one being asked for or seen), so a
+        death after the marker is a failure of the process's exit; nothing when it died or
+        failed while working (the session records a crash while running the job). Whatever
+        it left running in its process group is killed."""
+        signal_group(self.pid, signal.SIGKILL)
+        done = self.done_ns(time.monotonic_ns()) is not None
+        if not (done or rc == 0) or self.job is None:
+            return []
+        res = JobResult(invocations=1, ok=int(rc == 0))
+        res.add_latency((time.monotonic_ns() - self.started_ns) / 1e9)
+        payload = {"job": self.job.as_dict(), "started": self.started_wall,
+                   "ended": time.time(), "result": res.as_dict(), "pid": self.pid}
+        if rc == 0 and not self.keep_logs:
+            for p in self.logs:  # a clean job's output is not evidence of anything
+                p.unlink(missing_ok=True)
+        return [("job_done", payload), ("bye", {"pid": self.pid, "rc": rc})]
+
+    def facts(self) -> dict[str, Any]:
+        """For the failure's evidence: the last lines of output (normalized) that signatures
+        of exec jobs use, and whether the done marker was seen."""
+        text = ""
+        for p in self.logs:
+            text += _tail(p)
+        return {"output_key": output_key(text), "done_marker_seen":
+                self.output.matched_ns is not None}
+
+
+_TAIL_BYTES: int = 8192
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _TAIL_BYTES))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def exit_fd(proc: Proc) -> tuple[int, int | None]:
+    """(fd, spare): an fd that becomes readable when `proc` exits and never before (a pidfd):
+    the session selects on it as on a worker's message pipe, so an exit wakes it at once;
+    reading it fails, which the handle takes as the end of its messages. Without pidfds (Linux
+    < 5.3) the read end of a pipe whose write end (`spare`, for the caller to close once the
+    process is gone) stays open: never readable, so the exit is seen by the next tick's poll."""
+    try:
+        return os.pidfd_open(proc.pid), None
+    except (AttributeError, OSError):
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        return read_fd, write_fd
+
+
+# ---- the runner -------------------------------------------------------------------------
+@dataclass
+class ExecCommand:
+    """What exec jobs run: the argv template, where, and the done marker."""
+
+    argv: list[str]
+    cwd: Path
+    done_regex: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # the user's --env
+
+    def validate(self) -> None:
+        """Raises ValueError (the CLI turns it into a usage error) for an empty command or a
+        done regex that does not compile."""
+        if not self.argv:
+            raise ValueError("--engine exec needs a command after `--`")
+        if self.done_regex is not None:
+            try:
+                re.compile(self.done_regex)
+            except re.error as exc:
+                raise ValueError(f"--done-regex {self.done_regex!r}: {exc}") from None
+
+
+class ExecRunner:
+    """Launches each exec job as the user's command (module doc)."""
+
+    name = "exec"
+
+    def __init__(self, command: ExecCommand, parent_pid: int | None = None,
+                 popen: Callable[..., Any] = subprocess.Popen):
+        command.validate()
+        self.command = command
+        self.pattern = re.compile(command.done_regex) if command.done_regex else None
+        self.parent_pid = parent_pid if parent_pid is not None else os.getpid()
+        self.popen = popen
+        self.slots: dict[int, Proc] = {}  # {gpu}: the copy's slot among those running
+        self.spare_fds: dict[int, tuple[Proc, int]] = {}  # exit_fd's pipe ends, no pidfd
+
+    def _close_spares(self, every: bool = False) -> None:
+        for pid, (p, fd) in list(self.spare_fds.items()):
+            if every or p.poll() is not None:
+                os.close(fd)
+                del self.spare_fds[pid]
+
+    def env(self, job: Job | None, slot: int) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONFAULTHANDLER"] = "1"  # a Python command's crash names its frames
+        env.update({"IREE_STRESS_JOB": str(job.index if job else 0),
+                    "IREE_STRESS_SEED": str(job.seed if job else 0),
+                    "IREE_STRESS_GPU": str(slot)})
+        env.update(self.command.env)
+        return env
+
+    def slot(self) -> int:
+        """The lowest slot whose process has ended: N copies at once get 0..N-1."""
+        self._close_spares()
+        for s, p in list(self.slots.items()):
+            if p.poll() is not None:
+                del self.slots[s]
+        return next(i for i in range(len(self.slots) + 1) if i not in self.slots)
+
+    def launch(self, spec: LaunchSpec) -> WorkerHandle:
+        journal, out_path, err_path, _ = spec.paths()
+        job = spec.job
+        slot = self.slot()
+        values = {"seed": job.seed if job else 0, "job": job.index if job else 0, "gpu": slot}
+        argv = substitute(self.command.argv, values)
+        env = self.env(job, slot)
+        cwd = self.command.cwd
+        parent = self.parent_pid
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = self.popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                              cwd=cwd, start_new_session=True,
+                              preexec_fn=lambda: postmortem.prepare_child(parent))
+        self.slots[slot] = proc
+        fd, spare = exit_fd(proc)
+        if spare is not None:
+            self.spare_fds[proc.pid] = (proc, spare)
+        h = WorkerHandle(spec.worker_id, spec.generation, proc, fd, journal, out_path,
+                         err_path, ephemeral=True)
+        judge = ExecJudge(job, proc.pid, time.monotonic_ns(), time.time(), spec.timeout_s,
+                          spec.teardown_timeout_s, OutputWatch((out_path, err_path),
+                                                               self.pattern),
+                          (out_path, err_path))
+        h.watch, h.finish, h.cwd = judge.watch, judge.finish, cwd
+        h.exe = resolve_executable(argv[0], cwd, env)
+        h.default_step = RUN_STEP
+        h.describe = judge.facts
+        return h
+
+    def close(self) -> None:
+        for p in self.slots.values():
+            if p.poll() is None:
+                signal_group(p.pid, signal.SIGKILL)
+        self.slots.clear()
+        self._close_spares(every=True)
+
+
+ONE_RUN_SCALE: float = 1 / 20  # jobs.invocations_for gives a pattern it does not know 20
+#   invocations per job; an exec job is one run of the command
+
+
+def exec_program(argv: Sequence[str]) -> Program:
+    """The command as the schedule's one "program" (its name groups reports: program_name)."""
+    return Program(name=program_name(argv), kind="exec", op="exec", dtype="none", args=(),
+                   results=(Arg((1,), "none"),), mlir="", source="exec")
