@@ -43,6 +43,40 @@ def steady_rate(run_dir: str) -> float:
     return float(inv) / (t1 - t0)
 
 
+def add_target_args(ap: Any) -> None:
+    """--target, --device and --artifacts (a `compile --export` folder, for machines without
+    a compiler, e.g. the H200): the same options in every script."""
+    ap.add_argument("--target", default="cpu", help="cpu | cuda | rocm (compile target)")
+    ap.add_argument("--device", help="device URI (default: the target's, e.g. local-task)")
+    ap.add_argument("--artifacts", help="prebuilt artifacts (iree-stress compile --export)")
+
+
+def soak_target(args: Any) -> list[str]:
+    """The soak options naming the target of `add_target_args`."""
+    out = ["--target", args.target]
+    if args.artifacts:
+        out += ["--artifacts", args.artifacts]
+    if args.device:
+        out += ["--device", args.device]
+    return out
+
+
+def device_uri(args: Any) -> str:
+    from stress.programs import targets
+
+    return str(args.device or targets.parse(args.target).device_uri)
+
+
+def artifact(program: str, args: Any) -> Path:
+    """The module of `program` for the target: from --artifacts, else compiled (cached)."""
+    if args.artifacts:
+        from stress.programs.cache import load_export
+
+        _, found = load_export(Path(args.artifacts))
+        return Path(found[program][1]).resolve()
+    return vmfb(program, args.target)
+
+
 def vmfb(program: str, target: str = "cpu") -> Path:
     from stress.programs import corpus, targets
     from stress.programs.cache import ArtifactCache, default_cache_dir

@@ -1,5 +1,6 @@
 """A bare Python loop making the same iree.runtime calls as a soak pattern, with no harness:
-the baseline of bench/soak_overhead.py. Prints invocations/s of this one process."""
+the baseline of bench/soak_overhead.py. Prints invocations/s of this one process (for
+create-release: device create/release cycles/s, no module, no invocation)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--vmfb", required=True)
     ap.add_argument("--program", required=True)
-    ap.add_argument("--mode", choices=["shared", "per-call"], required=True)
+    ap.add_argument("--mode", choices=["shared", "per-call", "create-release"], required=True)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--device", default="local-task")
     args = ap.parse_args()
@@ -29,7 +30,7 @@ def main() -> None:
     with open(args.vmfb, "rb") as f:
         blob = f.read()
     instance = b.VmInstance()
-    driver = b.create_hal_driver(args.device)
+    driver = b.create_hal_driver(args.device.split("://", 1)[0])
     module = b.VmModule.copy_buffer(instance, blob)
     mem, usage = b.MemoryType.DEVICE_LOCAL, b.BufferUsage.DEFAULT
 
@@ -60,6 +61,13 @@ def main() -> None:
             n += 50
         elapsed = time.perf_counter() - t0
         del fn, ctx, hal, device
+    elif args.mode == "create-release":
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < args.seconds:
+            device = driver.create_device_by_uri(args.device)
+            del device
+            n += 1
+        elapsed = time.perf_counter() - t0
     else:
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < args.seconds:

@@ -10,7 +10,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from _common import header, soak
+from _common import add_target_args, header, soak, soak_target
 
 
 def timings(run_dir: str, key: str) -> list[float]:
@@ -34,9 +34,11 @@ def show(label: str, values: list[float], goal: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--timeout", type=float, default=2.0)
+    ap.add_argument("--workers", type=int, default=2)
+    add_target_args(ap)
     args = ap.parse_args()
     header()
-    common = ["--target", "cpu", "--programs", "unary.*.f32.*", "--workers", "2",
+    common = [*soak_target(args), "--programs", "unary.*.f32.*", "--workers", str(args.workers),
               "--seed", "7", "--timeout", f"{args.timeout}s", "--teardown-timeout",
               f"{args.timeout}s"]
     with tempfile.TemporaryDirectory() as tmp:

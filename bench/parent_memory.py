@@ -15,24 +15,34 @@ import tempfile
 import time
 
 import psutil
-from _common import ROOT, header
+from _common import ROOT, add_target_args, header, soak_target
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--invocations", type=int, default=1_000_000)
     ap.add_argument("--all-patterns-duration", default="180s")
+    ap.add_argument("--only-all-patterns", action="store_true",
+                    help="skip the 10^6-invocation run (a GPU soak measured as it runs)")
+    ap.add_argument("--programs", default="binary.add.f32.3x5x7+3x5x7")
+    ap.add_argument("--workers", help="soak --workers (default: cores)")
+    ap.add_argument("--keep", help="keep the all-patterns run folder here (a reference run)")
+    add_target_args(ap)
     args = ap.parse_args()
     header()
-    measure(["--patterns", "shared,per-thread", "--invocations", str(args.invocations)])
-    measure(["--patterns", "all", "--duration", args.all_patterns_duration])
+    common = [*soak_target(args), *(["--programs", args.programs] if args.programs else []),
+              *(["--workers", args.workers] if args.workers else [])]
+    if not args.only_all_patterns:
+        measure([*common, "--patterns", "shared,per-thread", "--invocations",
+                 str(args.invocations)])
+    measure([*common, "--patterns", "all", "--duration", args.all_patterns_duration],
+            keep=args.keep)
 
 
-def measure(extra: list[str]) -> None:
+def measure(extra: list[str], keep: str | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        argv = [sys.executable, "-m", "stress", "soak", "--target", "cpu", "--json", "-q",
-                "--programs", "binary.add.f32.3x5x7+3x5x7", *extra, "--seed", "1",
-                "--results", f"{tmp}/run"]
+        argv = [sys.executable, "-m", "stress", "soak", "--json", "-q", *extra, "--seed", "1",
+                "--results", keep or f"{tmp}/run"]
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                 env={**os.environ})
         ps = psutil.Process(proc.pid)

@@ -1,5 +1,8 @@
 """Harness overhead: a soak pattern vs a bare loop making the same iree.runtime calls, with the
-same process count, on cpu (local-task), journal on. Prints the ratios measured in this run.
+same process count, journal on, on cpu (local-task) or a GPU (`--target cuda --artifacts DIR`).
+Prints the ratios measured in this run, and device create/release cycles per second: per-call's
+(one device per invocation) vs the bare per-call loop and vs a bare create/release loop (no
+module, no invocation: the ceiling of device cycles on this machine).
 
 Goals (issue #3): shared >= 0.90 x bare loop; per-call >= 0.90 x bare loop.
 """
@@ -14,13 +17,23 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from _common import ROOT, header, soak, steady_rate, vmfb
+from _common import (
+    ROOT,
+    add_target_args,
+    artifact,
+    device_uri,
+    header,
+    soak,
+    soak_target,
+    steady_rate,
+)
 
 
-def bare(program: str, mode: str, procs: int, seconds: float) -> float:
-    path = vmfb(program)
+def bare(program: str, mode: str, procs: int, seconds: float, args: argparse.Namespace) -> float:
+    path = artifact(program, args)
     argv = [sys.executable, str(ROOT / "bench" / "bare_loop.py"), "--vmfb", str(path),
-            "--program", program, "--mode", mode, "--seconds", str(seconds)]
+            "--program", program, "--mode", mode, "--seconds", str(seconds),
+            "--device", device_uri(args)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with ThreadPoolExecutor(procs) as pool:
         outs = list(pool.map(lambda _: subprocess.run(argv, capture_output=True, text=True,
@@ -28,13 +41,22 @@ def bare(program: str, mode: str, procs: int, seconds: float) -> float:
     return sum(float(o.strip()) for o in outs)
 
 
-def harness(program: str, pattern: str, procs: int, seconds: float) -> float:
+def harness(program: str, pattern: str, procs: int, seconds: float,
+            args: argparse.Namespace) -> tuple[float, float]:
+    """(invocations/s, devices created/s) of a soak of one pattern."""
+    import sqlite3
+    from pathlib import Path
+
     with tempfile.TemporaryDirectory() as tmp:
-        s = soak("--target", "cpu", "--patterns", pattern, "--programs", program,
+        s = soak(*soak_target(args), "--patterns", pattern, "--programs", program,
                  "--workers", str(procs), "--threads", "1", "--duration", f"{seconds}s",
                  "--seed", "1", "--results", f"{tmp}/run")
         assert not s["failed"], s["failures"]
-        return steady_rate(s["results_dir"])
+        db = sqlite3.connect(Path(s["results_dir"]) / "stress.db")
+        dev, t0, t1 = db.execute("SELECT SUM(devices_created), MIN(started_at), "
+                                 "MAX(ended_at) FROM jobs").fetchone()
+        db.close()
+        return steady_rate(s["results_dir"]), float(dev) / (t1 - t0)
 
 
 def main() -> None:
@@ -42,6 +64,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3, help="alternate bare/harness runs")
+    add_target_args(ap)
     args = ap.parse_args()
     header()
     cases = [("shared", "binary.add.f32.3x5x7+3x5x7"), ("shared", "unary.exp.f32.64x64"),
@@ -50,13 +73,22 @@ def main() -> None:
           "processes; ratio = median of the per-round harness/bare ratios")
     print(f"{'pattern':10s} {'program':32s} {'bare/s':>10s} {'harness/s':>10s} {'ratio':>6s}")
     for pattern, program in cases:
-        b_rates, h_rates = [], []
+        b_rates, h_rates, h_devs, c_rates = [], [], [], []
         for _ in range(args.rounds):  # interleaved, so machine noise hits both alike
-            b_rates.append(bare(program, pattern, args.procs, args.seconds))
-            h_rates.append(harness(program, pattern, args.procs, args.seconds))
+            b_rates.append(bare(program, pattern, args.procs, args.seconds, args))
+            rate, devs = harness(program, pattern, args.procs, args.seconds, args)
+            h_rates.append(rate)
+            h_devs.append(devs)
+            if pattern == "per-call":
+                c_rates.append(bare(program, "create-release", args.procs, args.seconds, args))
         b, h = statistics.median(b_rates), statistics.median(h_rates)
         ratio = statistics.median(x / y for x, y in zip(h_rates, b_rates, strict=True))
         print(f"{pattern:10s} {program:32s} {b:10.0f} {h:10.0f} {ratio:6.2f}", flush=True)
+        if c_rates:  # per-call: one device created and released per invocation
+            d, c = statistics.median(h_devs), statistics.median(c_rates)
+            print(f"device cycles/s: per-call harness {d:.0f}, bare per-call loop {b:.0f} "
+                  f"(ratio {d / b:.2f}), bare create/release loop {c:.0f} (harness share "
+                  f"{d / c:.2f}: the rest is module load + invoke)", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from stress.options import (
     cache_option,
     jobs_option,
     programs_option,
+    run_options,
+    soak_options_from,
     split_csv,
     target_option,
 )
@@ -24,6 +26,39 @@ from stress.options import (
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+
+
+def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """What runs each job (soak and gate): our Python workers, the user's command after `--`
+    (docs/exec.md) or IREE's own tools (docs/native.md)."""
+    decorators = [
+        click.option("--engine", type=click.Choice(["python", "exec", "native"]),
+                     default="python", show_default=True, envvar="IREE_STRESS_ENGINE",
+                     show_envvar=True,
+                     help="python: our workers; exec: the command after `--`, one process "
+                          "per job; native: iree-run-module processes."),
+        click.option("--parallel", type=click.IntRange(1), metavar="N",
+                     help="exec/native: copies running at once (ctest -j N)  [default: 1]"),
+        click.option("--done-regex", metavar="REGEX",
+                     help="exec: the command's output line saying its work is done; an exit "
+                          "later than --teardown-timeout after it is a teardown hang."),
+        click.option("--record", is_flag=True,
+                     help="native: record each job's HAL stream (kept for failures and a "
+                          "bounded sample)."),
+        click.argument("command", nargs=-1, type=click.UNPROCESSED),
+    ]
+    for d in reversed(decorators):
+        f = d(f)
+    return f
+
+
+def apply_engine(opts: Any, kw: dict[str, Any]) -> Any:
+    """Sets engine_options' values on SoakOptions."""
+    opts.engine, opts.command = kw["engine"], list(kw["command"])
+    opts.done_regex, opts.record = kw["done_regex"], kw["record"]
+    if kw["parallel"] is not None:
+        opts.workers = kw["parallel"]
+    return opts
 
 
 @click.group(context_settings=CONTEXT)
@@ -91,87 +126,52 @@ def compile(target: str | None, programs: tuple[str, ...], program_files: tuple[
 
 
 @cli.command(context_settings=CONTEXT)
-@target_option
-@click.option("--device", help="Device URI (default: the target's driver, e.g. local-task, hip).")
-@click.option("--workers", "-w", type=click.IntRange(1), envvar="IREE_STRESS_WORKERS",
-              show_envvar=True, help="Worker processes  [default: cores]")
-@click.option("--threads", type=click.IntRange(1), default=2, show_default=True,
-              help="Threads per worker.")
-@click.option("--patterns", "-P", multiple=True, metavar="NAMES",
-              help="Lifecycle patterns (comma list or repeatable; default all): shared, "
-                   "per-thread, per-call, churn, instance-churn, cross-thread, process-per-job.")
-@programs_option
+@run_options
+@engine_options
 @click.option("--duration", "-d", type=Duration(), envvar="IREE_STRESS_DURATION",
               show_envvar=True, help="How long: 90s, 10m, 2h  [default: 20s]")
-@click.option("--invocations", "-n", type=click.IntRange(1),
-              help="Stop after this many planned invocations instead of a duration.")
-@click.option("--seed", type=int, envvar="IREE_STRESS_SEED", show_envvar=True,
-              help="Seed of the whole schedule (printed; same seed = same jobs).")
-@click.option("--env", "env_items", multiple=True, metavar="KEY=VALUE",
-              help="Environment for workers only (AMD_LOG_LEVEL=4, HSA_*, LD_LIBRARY_PATH).")
-@click.option("--max-failures", type=click.IntRange(1), help="Stop after this many failures.")
-@click.option("--results", type=click.Path(file_okay=False, path_type=Path),
-              help="Run folder  [default: results/RUN_ID]")
-@click.option("--timeout", type=Duration(), default="30s", show_default=True,
-              help="Deadline of one step (invoke, upload, ...): past it is a hang.")
-@click.option("--teardown-timeout", type=Duration(), default="15s", show_default=True,
-              help="Deadline of device release and worker exit: past it is a teardown hang.")
-@click.option("--max-worker-restarts", type=click.IntRange(0), default=50, show_default=True)
-@click.option("--inject", multiple=True, metavar="KIND@STEP[:PROB]",
-              help="Inject a real fault: segv|abort|kill|hang|exit|raise|corrupt at a journal "
-                   "step (invoke, device-release, ...).")
-@click.option("--python", "python", metavar="PATH",
-              help="Interpreter for workers (a runtime stack's venv).")
-@click.option("--shard", default="0/1", show_default=True, metavar="I/N",
-              envvar="IREE_STRESS_SHARD", show_envvar=True,
-              help="Run only shard I of N of the seeded plan.")
-@click.option("--job-seed", type=int, hidden=True, help="Force every job's input seed (repro).")
-@click.option("--artifacts", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Use prebuilt artifacts (from `compile --export`) instead of compiling.")
-@cache_option
-@jobs_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
+@click.option("--gpus", metavar="all|N|I,J",
+              help="Spread workers over these GPUs (sets --device to cuda://0,cuda://1,...); "
+                   "several devices can also be given as --device A,B.")
 def soak(**kw: Any) -> None:
     """Run many invocations across worker processes x threads under device lifecycle patterns;
     record every failure with its evidence."""
     from stress.analysis.text import summary_table
-    from stress.soak import SoakOptions, run_soak
+    from stress.soak import run_soak
 
-    env = {}
-    for item in kw["env_items"]:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--env wants KEY=VALUE, got {item!r}")
-        env[key] = value
-    try:
-        index, count = (int(x) for x in kw["shard"].split("/"))
-        if not 0 <= index < count:
-            raise ValueError
-    except ValueError:
-        raise UsageError(f"--shard wants I/N with 0 <= I < N, got {kw['shard']!r}") from None
-    from stress.engine import inject
+    if kw["gpus"]:
+        kw["device"] = gpu_devices(kw["gpus"], kw["target"])
 
-    for spec in kw["inject"]:
-        inject.parse(spec)
-    opts = SoakOptions(
-        target=kw["target"], device=kw["device"], workers=kw["workers"], threads=kw["threads"],
-        patterns=split_csv(kw["patterns"]), programs=split_csv(kw["programs"]),
-        program_files=list(kw["program_files"]), duration_s=kw["duration"],
-        invocations=kw["invocations"], seed=kw["seed"], env=env,
-        max_failures=kw["max_failures"], results=kw["results"], timeout_s=kw["timeout"],
-        teardown_timeout_s=kw["teardown_timeout"],
-        max_worker_restarts=kw["max_worker_restarts"], inject=list(kw["inject"]),
-        python=kw["python"], shard=(index, count), job_seed=kw["job_seed"],
-        artifacts=kw["artifacts"],
-        cache_dir=Path(kw["cache_dir"]), compile_jobs=kw["compile_jobs"],
-        progress=not kw["quiet"], argv=sys.argv[2:])
+    opts = apply_engine(soak_options_from(kw, kw["duration"], not kw["quiet"], sys.argv[2:]),
+                        kw)
     summary = run_soak(opts)
     if kw["as_json"]:
         click.echo(json.dumps(summary))
     else:
         click.echo(summary_table(summary))
     sys.exit(soak_exit_code(summary))
+
+
+def gpu_devices(spec: str, target: str | None) -> str:
+    """`--gpus` as a device list for the target's driver (cuda, else rocm's hip), counting the
+    visible GPUs with the telemetry tools."""
+    from stress.engine import telemetry
+
+    backends = [b for b in ("cuda", "rocm") if target is None or target.startswith(b)]
+    if not backends:
+        raise UsageError(f"--gpus needs a GPU target (cuda or rocm), not {target}")
+    for backend in backends:
+        snap = telemetry.snapshot(backend)
+        if snap.get("gpus"):
+            driver = "cuda" if backend == "cuda" else "hip"
+            try:
+                return ",".join(telemetry.gpu_uris(driver, spec, len(snap["gpus"])))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+    raise UsageError(f"--gpus {spec}: no GPU found by the telemetry tools "
+                     f"({', '.join(backends)})")
 
 
 def soak_exit_code(summary: dict[str, Any]) -> int:
@@ -220,6 +220,144 @@ def report(run_dirs: tuple[Path, ...], fmt: str, output: Path | None,
     if junit:
         atomic_write(junit, junit_mod.render(r).encode())
     sys.exit(EXIT_FAILURES if r.new_signatures else EXIT_OK)
+
+
+@cli.command(context_settings=CONTEXT)
+@run_options
+@engine_options
+@click.option("--max-rate", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              envvar="IREE_STRESS_MAX_RATE", show_envvar=True,
+              help="Failing jobs allowed (a share, e.g. 0.01): PASS when the rate is below it.")
+@click.option("--confidence", type=float, default=0.95, show_default=True,
+              help="1 - each error rate of the sequential test (false PASS, false FAIL).")
+@click.option("--design-effect", type=click.FloatRange(1), default=3.0, show_default=True,
+              help="Clustering assumed until the data show more (1: independent jobs).")
+@click.option("--budget", type=Duration(), default="10m", show_default=True,
+              envvar="IREE_STRESS_BUDGET", show_envvar=True,
+              help="Longest soak; undecided then: INCONCLUSIVE.")
+@click.option("--fatal", default="crash,hang,teardown_hang,miscompare", show_default=True,
+              help="Classes whose new signatures FAIL at once (comma list, or none).")
+@click.option("--known", "known_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              envvar="IREE_STRESS_KNOWN", show_envvar=True,
+              help="Known-failures file (docs/reports.md): reported, never failing the gate.")
+@click.option("--from", "from_dirs", multiple=True,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Decide on recorded (merged) run folders instead of running a soak.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write JUnit XML: the verdict, one testcase per signature and per pattern.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as one JSON object.")
+@click.option("--quiet", "-q", is_flag=True, help="No live progress.")
+def gate(**kw: Any) -> None:
+    """PASS / FAIL / INCONCLUSIVE: soak until a sequential test decides whether the failing-job
+    rate is below --max-rate (or a new fatal failure FAILs it), or decide on merged shards
+    (--from). Exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE. Appends a summary to $GITHUB_STEP_SUMMARY.
+    See docs/ci.md."""
+    import os
+
+    from stress.programs.cache import atomic_write
+    from stress.verdicts import gate as gate_mod
+    from stress.verdicts import gate_outputs
+
+    if kw["max_rate"] is None:
+        raise UsageError("gate needs --max-rate (e.g. 0.01: at most 1% of jobs failing)")
+    spec = gate_mod.GateSpec(kw["max_rate"], kw["confidence"],
+                             kw["design_effect"], gate_mod.parse_fatal(kw["fatal"]),
+                             gate_mod.load_known(kw["known_files"]))
+    if kw["from_dirs"]:
+        result = gate_mod.evaluate(list(kw["from_dirs"]), spec)
+    else:
+        opts = apply_engine(soak_options_from(kw, kw["budget"], not kw["quiet"],
+                                              sys.argv[2:]), kw)
+        result = gate_mod.run_gate(opts, spec)
+    if kw["as_json"]:
+        click.echo(json.dumps(result.as_dict()))
+    else:
+        click.echo(gate_outputs.render_text(result))
+    if kw["junit"]:
+        atomic_write(kw["junit"], gate_outputs.render_junit(result).encode())
+    summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_path:
+        gate_outputs.append_step_summary(result, Path(summary_path))
+    sys.exit(result.verdict.exit_code)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("run_dirs", nargs=-1, required=True,
+                type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The merged run folder (created; must not hold a store yet).")
+def merge(run_dirs: tuple[Path, ...], output: Path) -> None:
+    """Combine the run folders of many machines (the shards of one plan) into one run folder:
+    one store holding every run, failure folders copied. Refuses runs of different plans,
+    seeds, targets or stacks. `gate --from DIR` and `report DIR` read the result."""
+    from stress.store.merge import merge as merge_runs
+
+    m = merge_runs(list(run_dirs), output)
+    click.echo(m.describe())
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("a")
+@click.argument("b")
+@click.option("--stacks", "stacks_file", required=True, envvar="IREE_STRESS_STACKS",
+              show_envvar=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The stacks file (TOML; docs/stacks.md).")
+@run_options
+@click.option("--duration", "-d", type=Duration(), help="Length of each trial's soak  "
+                                                       "[default: 20s, or --invocations]")
+@click.option("--trials", type=click.IntRange(1), default=20, show_default=True,
+              help="Most pairs of trials (A then B, same seed) before the fixed-size test.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.option("--quiet", "-q", is_flag=True, help="No live state.")
+def compare(**kw: Any) -> None:
+    """Is stack B worse than stack A? Whole-soak trials alternated A B A B with the same seeds,
+    a sequential test that stops as soon as it decides, per-signature comparison. Verdict:
+    B worse (exit 1), A worse, no difference shown (exit 0), inconclusive (exit 3: a stack's
+    workers could not start). --results is the folder of all trials. See docs/stacks.md."""
+    from stress.verdicts import compare as compare_mod
+
+    opts = soak_options_from(kw, kw["duration"], False, sys.argv[2:])
+    log = (lambda _line: None) if kw["quiet"] or kw["as_json"] else \
+        (lambda line: click.echo(line, err=True))
+    result = compare_mod.run_compare(opts, kw["stacks_file"], kw["a"], kw["b"], kw["trials"],
+                                     kw["results"], log)
+    click.echo(json.dumps(result.as_dict()) if kw["as_json"] else compare_mod.render(result))
+    sys.exit(result.verdict.exit_code)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--stacks", "stacks_file", required=True, envvar="IREE_STRESS_STACKS",
+              show_envvar=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The stacks file; bisect walks its stacks in file order.")
+@click.option("--good", required=True, help="A stack known good (earlier in the file).")
+@click.option("--bad", required=True, help="A stack known bad (later in the file).")
+@run_options
+@click.option("--duration", "-d", type=Duration(), help="Length of each trial's soak  "
+                                                       "[default: 20s, or --invocations]")
+@click.option("--p-good", type=float, default=0.02, show_default=True,
+              help="A good stack's trials fail at most this often (H0).")
+@click.option("--p-bad", type=float, default=0.3, show_default=True,
+              help="A bad stack's trials fail at least this often (H1).")
+@click.option("--max-trials", type=click.IntRange(1), default=60, show_default=True,
+              help="Per stack; still undecided then: inconclusive.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.option("--quiet", "-q", is_flag=True, help="No live state.")
+def bisect(**kw: Any) -> None:
+    """Which stack between --good and --bad (in file order) is the first bad one? Noisy
+    bisection: each stack tested gets trials until a sequential test calls it good or bad.
+    Every trial is cached under --results (default results/bisect-PLAN): rerun the same
+    command to resume. Exit 0 found, 3 inconclusive. See docs/stacks.md."""
+    from stress.verdicts import bisect as bisect_mod
+
+    opts = soak_options_from(kw, kw["duration"], False, sys.argv[2:])
+    log = (lambda _line: None) if kw["quiet"] or kw["as_json"] else \
+        (lambda line: click.echo(line, err=True))
+    result = bisect_mod.run_bisect(opts, kw["stacks_file"], kw["good"], kw["bad"],
+                                   kw["results"], log, kw["p_good"], kw["p_bad"],
+                                   kw["max_trials"])
+    click.echo(json.dumps(result.as_dict()) if kw["as_json"] else bisect_mod.render(result))
+    sys.exit(result.outcome.exit_code)
 
 
 def main() -> None:

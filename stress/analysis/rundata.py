@@ -21,6 +21,8 @@ class RunData:
     counts: list[dict[str, Any]] = field(default_factory=list)
     windows: list[dict[str, Any]] = field(default_factory=list)
     workers: list[dict[str, Any]] = field(default_factory=list)
+    telemetry: list[dict[str, Any]] = field(default_factory=list)  # GPU time line (m005)
+    marks: list[dict[str, Any]] = field(default_factory=list)  # phase marks on it
 
     @property
     def invocations(self) -> int:
@@ -52,7 +54,7 @@ _FAILURE_DEFAULTS: dict[str, Any] = {"native_tid": None, "exposure": None}
 _JOB_DEFAULTS: dict[str, Any] = {"pid": None, "full_teardowns": 0, "handle_releases": 0,
                                  "exit_path": None}
 _WORKER_DEFAULTS: dict[str, Any] = {"pattern": None, "outcome": None, "exit_path": None,
-                                    "device_used": None}
+                                    "device_used": None, "device": None}
 
 
 def _rows(db: sqlite3.Connection, sql: str) -> list[dict[str, Any]]:
@@ -88,7 +90,15 @@ def load(dirs: list[Path]) -> RunData:
                 w["in_flight"] = _json(w["in_flight"], [])
                 w["steps"] = _json(w.get("steps"), [])
                 data.windows.append(w)
-            data.workers += [{**_WORKER_DEFAULTS, **w} for w in _rows(db, "SELECT * FROM workers")]
+            workers = [{**_WORKER_DEFAULTS, **w} for w in _rows(db, "SELECT * FROM workers")]
+            data.workers += workers
+            # a failure's device is its worker's (set on runs over several devices)
+            device = {(w["run_id"], w["pid"]): w["device"] for w in workers}
+            for f in data.failures:
+                if "device" not in f:
+                    f["device"] = device.get((f["run_id"], f.get("pid")))
+            data.telemetry += _rows(db, "SELECT * FROM telemetry ORDER BY t")
+            data.marks += _rows(db, "SELECT * FROM timeline_marks ORDER BY t")
         finally:
             db.close()
     return data

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from stress.engine import capture, exitpaths, postmortem, watchdog
+from stress.engine import capture, exitpaths, postmortem, telemetry, timeline, watchdog
 from stress.engine.attribution import Attribution, attribute, window_tokens
 from stress.engine.config import SoakConfig
 from stress.engine.forkclient import ForkServerDown, ForkServerUnsafe
@@ -54,6 +54,9 @@ def is_ephemeral(pattern: str, engine: str = "python") -> bool:
     the exit family, and every job of a non-Python engine (a tool or a user's command)."""
     return engine != "python" or pattern == _PROCESS_PER_JOB or pattern in _EXIT_FAMILY
 _OBSERVE_PERIOD_S: float = 1.0  # how often an observer (the gate) may stop the run
+_COOLDOWN_S: float = 8.0  # GPU runs keep sampling this long after the last worker exited: a
+#   clock that never comes down after a clean teardown shows there (the "busy while idle"
+#   detector needs more than its 5 s threshold of it)
 EXIT_HARNESS: int = 70  # a worker's own code failed (worker.EXIT_HARNESS): not a runtime failure
 
 
@@ -145,6 +148,14 @@ class Session:
         self.last_sample = 0.0
         self.healthy_samples = 0
         self.sample_rng = random.Random(config.seed)
+        # several devices (--device A,B or --gpus): workers spread over them by worker id, so a
+        # restarted worker keeps its GPU and each failure's GPU is its worker's
+        self.devices = [u for u in config.device_uri.split(",") if u] or [config.device_uri]
+        self.gpu_ordinals = telemetry.device_ordinals(self.devices)
+        self.sampler: timeline.Sampler | None = None
+        # the store's time line part (a test's fake store may have none: then no time line)
+        self.timeline_store = store if isinstance(store, timeline.TimelineRecords) else None
+        self.telemetry_note = ""
         # process-per-job runs beside the pool on half the worker budget (all of it when alone)
         self.ppj_slots = config.workers if not self.pool_patterns else max(1, config.workers // 2)
 
@@ -169,13 +180,26 @@ class Session:
             link.symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
         return folder
 
+    def device_for(self, wid: int) -> str:
+        return self.devices[wid % len(self.devices)]
+
+    def config_for(self, wid: int) -> Path:
+        """The worker config naming this worker's device (one file per device)."""
+        if len(self.devices) == 1:
+            return self.config_path
+        return self.config_path.with_name(f"worker-config-{wid % len(self.devices)}.json")
+
     def write_worker_config(self) -> None:
-        cfg = {"driver": self.cfg.driver, "device_uri": self.cfg.device_uri,
+        for i, uri in enumerate(self.devices):
+            self._write_worker_config(uri, self.config_for(i))
+
+    def _write_worker_config(self, device_uri: str, path: Path) -> None:
+        cfg = {"driver": self.cfg.driver, "device_uri": device_uri,
                "threads": self.cfg.threads, "seed": self.cfg.seed, "inject": self.cfg.inject,
                "programs": {p.name: {"program": p.to_dict(),
                                      "vmfb": str(self.cfg.artifacts[p.name])}
                             for p in self.cfg.programs}}
-        atomic_write(self.config_path, json.dumps(cfg).encode())
+        atomic_write(path, json.dumps(cfg).encode())
 
     def manifest(self) -> dict[str, Any]:
         from stress import __version__
@@ -193,6 +217,9 @@ class Session:
                 "driver": self.cfg.driver, "device_uri": self.cfg.device_uri,
                 "devices": self.facts.get("devices"), "device_info": self.facts.get("device_info"),
                 "loaded_gpu_libraries": self.facts.get("loaded_gpu_libraries"),
+                "devices_used": self.devices,
+                "hip_library": telemetry.hip_library_path(self.facts.get("device_info")),
+                "telemetry": self.telemetry_note or None,
                 "driver_error": self.facts.get("driver_error"),
                 "worker_python": self.facts.get("python"), "worker_executable": self.python,
                 "iree_runtime_path": self.facts.get("iree_runtime_path"),
@@ -300,7 +327,7 @@ class Session:
                job: Job | None = None) -> WorkerHandle:
         gen = self.generation[wid]
         self.generation[wid] += 1
-        spec = LaunchSpec(wid, gen, self.python, self.config_path, self.run_dir,
+        spec = LaunchSpec(wid, gen, self.python, self.config_for(wid), self.run_dir,
                           self.worker_env(), ephemeral, facts=not self.facts_requested,
                           job=job, timeout_s=self.cfg.timeout_s,
                           teardown_timeout_s=self.cfg.teardown_timeout_s)
@@ -314,6 +341,8 @@ class Session:
             sys.stderr.write(f"iree-stress: exit paths now use spawn: {exc}\n")
             h = self.exit_runner.launch(spec)
         h.db_row = self.store.add_worker(self.run_id, wid, gen, h.pid)
+        if len(self.devices) > 1 and self.timeline_store is not None:
+            self.timeline_store.set_worker_device(h.db_row, self.device_for(wid))
         self.workers[wid] = h
         return h
 
@@ -532,8 +561,61 @@ class Session:
             if reason:
                 self.stop(reason)
         self.top_up()
+        self.record_telemetry()
         self.store.tick()
         self.progress.tick()
+
+    # ---- telemetry time line -------------------------------------------------------------
+    def start_telemetry(self) -> None:
+        """The GPU time line's sampler child (none on cpu); said in the manifest."""
+        period = float(getattr(self.cfg, "telemetry_period_s", timeline.DEFAULT_PERIOD_S))
+        if self.timeline_store is None:
+            return
+        try:
+            self.sampler = timeline.start(self.cfg.driver, period)
+        except OSError as exc:
+            self.telemetry_note = f"no time line: {exc}"
+            return
+        if self.sampler is not None:
+            self.telemetry_note = f"{self.sampler.backend} every {period:g} s"
+            self.store.update_manifest(self.run_id, self.manifest())
+
+    def record_telemetry(self, final: bool = False) -> None:
+        """Stores the samples the sampler printed since the last call (never blocks)."""
+        if self.sampler is None or self.timeline_store is None:
+            return
+        samples = self.sampler.close() if final else self.sampler.poll()
+        rows = [r for s in samples for r in timeline.rows(s, self.gpu_ordinals)]
+        if rows:
+            self.timeline_store.add_telemetry(self.run_id, rows)
+        if final:
+            self.sampler = None
+
+    def mark(self, kind: str, label: str) -> None:
+        if self.sampler is not None and self.timeline_store is not None:
+            self.timeline_store.add_mark(self.run_id, time.time(), kind, label)
+
+    @contextmanager
+    def timed_phase(self, name: str) -> Iterator[None]:
+        """A phase of the run, also marked on the time line."""
+        self.mark("phase-start", name)
+        try:
+            with self.phases.phase(name):
+                yield
+        finally:
+            self.mark("phase-end", name)
+
+    def cooldown(self) -> None:
+        """After the last worker exited: the time line goes on for _COOLDOWN_S, so a GPU that
+        stays busy with nothing running is seen (stopped early by an interrupt)."""
+        if self.sampler is None:
+            return
+        end = time.monotonic() + _COOLDOWN_S
+        with self.timed_phase("cooldown"):
+            while time.monotonic() < end and self.interrupt is None:
+                time.sleep(min(_TICK_S * 4, max(0.0, end - time.monotonic())))
+                self.record_telemetry()
+                self.store.tick()
 
     def _on_signal(self, signum: int, frame: object) -> None:
         """SIGINT/SIGTERM: noted here, acted on by the loop (never raised from an arbitrary
@@ -567,13 +649,15 @@ class Session:
         try:
             for failure in self.startup_failures:
                 capture.record_startup(self, failure)
-            with self.phases.phase("soak"):
+            self.start_telemetry()
+            with self.timed_phase("soak"):
                 self.top_up()
                 while not self.stopping:
                     self.tick()
-            with self.phases.phase("teardown"):  # stop sent: jobs finish, workers exit
+            with self.timed_phase("teardown"):  # stop sent: jobs finish, workers exit
                 while self.workers:
                     self.tick()
+            self.cooldown()
         except Interrupted as exc:
             status = "interrupted"
             self.stop_reason = f"interrupted by {exc}"
@@ -583,6 +667,10 @@ class Session:
             self.stop_reason = f"results store unwritable: {exc}"
             self._kill_all("store error")
         finally:
+            try:
+                self.record_telemetry(final=True)
+            except (sqlite3.Error, OSError):
+                pass
             self.runner.close()
             if self.exit_runner is not None:
                 self.exit_runner.close()

@@ -8,16 +8,23 @@ minutes), so `snapshot` never reads in the parent: it runs the readers in a chil
 (`python -m stress.engine.telemetry BACKEND`) under a bound and kills the child's whole process
 group at it. Readers are plug-ins behind `TelemetryReader`, tried in preference order per
 backend; the first that reads wins.
+
+Every reader returns the same per-GPU keys (`METRICS`, plus `index`: the tool's GPU number),
+parsed by pure functions tested against recorded outputs of each tool (tests/data/telemetry/),
+so a time line can be drawn and compared whatever tool read it. `visible` keeps the GPUs a
+run may use (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES) and numbers them
+as the runtime does (`logical`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +38,16 @@ _TOOL_TIMEOUT_S: float = 5.0  # one smi command inside the child: leaves room fo
 _RAW_MAX_CHARS: int = 20_000  # an 8-GPU amd-smi metric dump is ~15 kB
 _PROGRESS_KEY: str = "trying"  # child -> parent: which reader runs now (named on a timeout)
 _RESULT_KEY: str = "result"
+_MIB: int = 1 << 20
+
+# The per-GPU numbers every reader gives (None where a tool has no such number): what the time
+# line stores and the "busy while idle" detector compares.
+METRICS: tuple[str, ...] = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "gpu_util_pct",
+                            "mem_used_mib", "temp_c")
+# Which variable picks the GPUs a runtime sees, per backend, in the order the runtime reads
+# them (HIP applies HIP_VISIBLE_DEVICES on top of ROCR's; we take the first one set).
+VISIBLE_ENV: dict[str, tuple[str, ...]] = {
+    "cuda": ("CUDA_VISIBLE_DEVICES",), "rocm": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")}
 
 
 class TelemetryReader(Protocol):
@@ -82,12 +99,113 @@ class NvmlReader:
                          "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
                          "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
                          "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
-                         "gpu_util_pct": util.gpu, "mem_used_mib": mem.used // (1 << 20)})
+                         "gpu_util_pct": util.gpu, "mem_used_mib": mem.used // _MIB,
+                         "temp_c": pynvml.nvmlDeviceGetTemperature(
+                             h, pynvml.NVML_TEMPERATURE_GPU)})
         return {"gpus": gpus}
 
 
-_SMI_FIELDS = ["index", "sm_clock_mhz", "mem_clock_mhz", "power_w", "gpu_util_pct",
-               "mem_used_mib"]
+# nvidia-smi --query-gpu names, in the order of our keys (index first, then METRICS)
+NVIDIA_SMI_QUERY: str = ("index,clocks.sm,clocks.mem,power.draw,utilization.gpu,memory.used,"
+                         "temperature.gpu")
+
+
+def number(value: Any) -> float | None:
+    """A tool's number as a float: 123, "123.5", "132Mhz", "(2100Mhz)", "133.0 W",
+    {"value": 5, "unit": "%"} (amd-smi); None for "N/A", "[N/A]", "[Not Supported]", null."""
+    if isinstance(value, dict):
+        value = value.get("value")
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    m = re.search(r"-?\d+(?:\.\d+)?", str(value))
+    return float(m.group()) if m else None
+
+
+def parse_nvidia_smi(text: str) -> list[dict[str, Any]]:
+    """`nvidia-smi --query-gpu=NVIDIA_SMI_QUERY --format=csv,noheader,nounits` -> GPUs."""
+    gpus = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != len(METRICS) + 1:
+            continue
+        idx = number(parts[0])
+        if idx is None:
+            continue
+        gpus.append({"index": int(idx),
+                     **{k: number(v) for k, v in zip(METRICS, parts[1:], strict=True)}})
+    return gpus
+
+
+def _first(d: Any, *keys: str) -> float | None:
+    for k in keys:
+        if isinstance(d, dict) and k in d:
+            v = number(d[k])
+            if v is not None:
+                return v
+    return None
+
+
+def parse_amd_smi_metric(doc: Any) -> list[dict[str, Any]]:
+    """`amd-smi metric --json`: a list of per-GPU objects (ROCm 6.0-6.3) or {"gpu_data": [...]}
+    (6.4+); values are {"value", "unit"} objects, bare numbers (older) or "N/A". The GFX clock
+    is `clock.gfx_0.clk` (one per XCD on MI300: the first is shown by amd-smi too)."""
+    items = doc.get("gpu_data", []) if isinstance(doc, dict) else doc
+    gpus = []
+    for i, g in enumerate(items if isinstance(items, list) else []):
+        if not isinstance(g, dict):
+            continue
+        clock, usage = g.get("clock") or {}, g.get("usage") or {}
+        power, temp = g.get("power") or {}, g.get("temperature") or {}
+        mem = g.get("mem_usage") or {}
+
+        def clk(name: str, clock: Any = clock) -> float | None:
+            c = clock.get(name) if isinstance(clock, dict) else None
+            return _first(c, "clk", "cur_clk") if isinstance(c, dict) else number(c)
+
+        idx = number(g.get("gpu"))
+        used = _first(mem, "used_vram")
+        unit = (mem.get("used_vram") or {}).get("unit", "MB") if isinstance(mem, dict) and \
+            isinstance(mem.get("used_vram"), dict) else "MB"
+        gpus.append({"index": int(idx) if idx is not None else i,
+                     "sm_clock_mhz": clk("gfx_0"), "mem_clock_mhz": clk("mem_0"),
+                     "power_w": _first(power, "socket_power", "average_socket_power",
+                                       "current_socket_power"),
+                     "gpu_util_pct": _first(usage, "gfx_activity"),
+                     "mem_used_mib": None if used is None else
+                     used / _MIB if unit == "B" else used,
+                     "temp_c": _first(temp, "edge", "hotspot")})
+    return gpus
+
+
+def parse_rocm_smi(doc: Any) -> list[dict[str, Any]]:
+    """`rocm-smi --showclocks --showpower --showuse --showtemp --showmeminfo vram --json`:
+    {"card0": {"sclk clock speed:": "(2100Mhz)", "GPU use (%)": "0", ...}, "system": {...}}.
+    Power is "Average Graphics Package Power (W)" (RDNA) or "Current Socket Graphics Package
+    Power (W)" (MI300)."""
+    gpus = []
+    for key, card in (doc.items() if isinstance(doc, dict) else []):
+        m = re.fullmatch(r"card(\d+)", key)
+        if m is None or not isinstance(card, dict):
+            continue
+        used = _first(card, "VRAM Total Used Memory (B)")
+        gpus.append({"index": int(m.group(1)),
+                     "sm_clock_mhz": _first(card, "sclk clock speed:"),
+                     "mem_clock_mhz": _first(card, "mclk clock speed:"),
+                     "power_w": _first(card, "Current Socket Graphics Package Power (W)",
+                                       "Average Graphics Package Power (W)"),
+                     "gpu_util_pct": _first(card, "GPU use (%)"),
+                     "mem_used_mib": None if used is None else used / _MIB,
+                     "temp_c": _first(card, "Temperature (Sensor edge) (C)",
+                                      "Temperature (Sensor junction) (C)")})
+    return sorted(gpus, key=lambda g: int(g["index"]))
+
+
+def _json_doc(out: str) -> Any:
+    """The JSON in a tool's stdout; amd-smi may print a warning line before it."""
+    start = min((i for i in (out.find("["), out.find("{")) if i >= 0), default=-1)
+    return json.loads(out[start:] if start >= 0 else out)
 
 
 class NvidiaSmiReader:
@@ -99,18 +217,41 @@ class NvidiaSmiReader:
         return shutil.which("nvidia-smi") is not None
 
     def read(self) -> dict[str, Any]:
-        fields = "index,clocks.sm,clocks.mem,power.draw,utilization.gpu,memory.used"
-        out = _run_tool(["nvidia-smi", f"--query-gpu={fields}",
+        out = _run_tool(["nvidia-smi", f"--query-gpu={NVIDIA_SMI_QUERY}",
                          "--format=csv,noheader,nounits"])
-        gpus = []
-        for line in out.strip().splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            gpus.append(dict(zip(_SMI_FIELDS, parts, strict=False)))
+        gpus = parse_nvidia_smi(out)
+        if not gpus:
+            raise RuntimeError(f"nvidia-smi printed no GPU: {out.strip()[:200]!r}")
         return {"gpus": gpus}
 
 
+def amdsmi_values(amdsmi: Any, h: Any) -> dict[str, Any]:
+    """One GPU's METRICS through the amdsmi module (passed in, so tests give a fake one).
+    Each call may fail alone (a field a GPU does not report): that number is None."""
+    def get(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception:  # amdsmi raises AmdSmiLibraryException for unsupported fields
+            return None
+
+    gfx = get(lambda: amdsmi.amdsmi_get_clock_info(h, amdsmi.AmdSmiClkType.GFX)) or {}
+    mem_clk = get(lambda: amdsmi.amdsmi_get_clock_info(h, amdsmi.AmdSmiClkType.MEM)) or {}
+    act = get(lambda: amdsmi.amdsmi_get_gpu_activity(h)) or {}
+    power = get(lambda: amdsmi.amdsmi_get_power_info(h)) or {}
+    vram = get(lambda: amdsmi.amdsmi_get_gpu_memory_usage(h, amdsmi.AmdSmiMemoryType.VRAM))
+    temp = get(lambda: amdsmi.amdsmi_get_temp_metric(
+        h, amdsmi.AmdSmiTemperatureType.EDGE, amdsmi.AmdSmiTemperatureMetric.CURRENT))
+    watts = _first(power, "current_socket_power", "average_socket_power", "socket_power")
+    return {"sm_clock_mhz": _first(gfx, "clk", "cur_clk"),
+            "mem_clock_mhz": _first(mem_clk, "clk", "cur_clk"),
+            "power_w": watts, "gpu_util_pct": _first(act, "gfx_activity"),
+            "mem_used_mib": None if number(vram) is None else (number(vram) or 0.0) / _MIB,
+            "temp_c": number(temp)}
+
+
 class AmdSmiLibReader:
-    """AMD through the amdsmi Python bindings: GFX clock, activity, power."""
+    """AMD through the amdsmi Python bindings (ROCm 6+): GFX and memory clocks, activity,
+    socket power, VRAM used, edge temperature."""
 
     name = "amdsmi"
 
@@ -121,18 +262,17 @@ class AmdSmiLibReader:
         import amdsmi  # type: ignore[import-not-found]
 
         amdsmi.amdsmi_init()
-        gpus = []
-        for i, h in enumerate(amdsmi.amdsmi_get_processor_handles()):
-            act = amdsmi.amdsmi_get_gpu_activity(h)
-            clk = amdsmi.amdsmi_get_clock_info(h, amdsmi.AmdSmiClkType.GFX)
-            power = amdsmi.amdsmi_get_power_info(h)
-            gpus.append({"index": i, "sclk_mhz": clk.get("clk"), "activity": act,
-                         "power": power})
-        return {"gpus": gpus}
+        try:
+            gpus = []
+            for i, h in enumerate(amdsmi.amdsmi_get_processor_handles()):
+                gpus.append({"index": i, **amdsmi_values(amdsmi, h)})
+            return {"gpus": gpus}
+        finally:
+            amdsmi.amdsmi_shut_down()
 
 
 class AmdSmiCliReader:
-    """AMD through `amd-smi metric --json` (kept raw; parsing comes with the GPU work)."""
+    """AMD through `amd-smi metric --json` (ROCm 6+)."""
 
     name = "amd-smi"
 
@@ -142,13 +282,20 @@ class AmdSmiCliReader:
     def read(self) -> dict[str, Any]:
         out = _run_tool(["amd-smi", "metric", "--json"])
         try:
-            return {"raw": json.loads(out)}
+            gpus = parse_amd_smi_metric(_json_doc(out))
         except json.JSONDecodeError:
             return {"raw_text": out[:_RAW_MAX_CHARS]}
+        if not gpus:
+            raise RuntimeError(f"amd-smi printed no GPU: {out.strip()[:200]!r}")
+        return {"gpus": gpus}
+
+
+ROCM_SMI_ARGV: list[str] = ["rocm-smi", "--showclocks", "--showpower", "--showuse",
+                             "--showtemp", "--showmeminfo", "vram", "--json"]
 
 
 class RocmSmiReader:
-    """AMD through the older `rocm-smi --json` (kept raw)."""
+    """AMD through the older `rocm-smi --json` (ROCm 5 and 6; deprecated for amd-smi)."""
 
     name = "rocm-smi"
 
@@ -156,9 +303,87 @@ class RocmSmiReader:
         return shutil.which("rocm-smi") is not None
 
     def read(self) -> dict[str, Any]:
-        out = _run_tool(["rocm-smi", "--showclocks", "--showpower", "--showuse",
-                         "--showmemuse", "--json"])
-        return {"raw_text": out[:_RAW_MAX_CHARS]}
+        out = _run_tool(ROCM_SMI_ARGV)
+        try:
+            gpus = parse_rocm_smi(_json_doc(out))
+        except json.JSONDecodeError:
+            return {"raw_text": out[:_RAW_MAX_CHARS]}
+        if not gpus:
+            raise RuntimeError(f"rocm-smi printed no GPU: {out.strip()[:200]!r}")
+        return {"gpus": gpus}
+
+
+def _indices(value: str) -> list[int] | None:
+    tokens = [t.strip() for t in value.split(",") if t.strip()]
+    return [int(t) for t in tokens] if all(t.isdigit() for t in tokens) else None
+
+
+def visible(backend: str, gpus: list[dict[str, Any]],
+            env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """The GPUs a runtime of `backend` may use under `env` (default: ours), each with
+    `logical`: the number the runtime gives it (cuda://1, hip://1). For rocm,
+    ROCR_VISIBLE_DEVICES picks among the physical GPUs and HIP_VISIBLE_DEVICES among those.
+    A list naming GPUs by UUID cannot be mapped to the tools' numbers: all are kept, `logical`
+    None."""
+    env = os.environ if env is None else env
+    chosen = sorted(gpus, key=lambda g: int(g.get("index") or 0))
+    for var in reversed(VISIBLE_ENV.get(backend, ())):  # ROCR first, then HIP on top of it
+        value = env.get(var)
+        if value is None:
+            continue
+        picks = _indices(value)
+        if picks is None:
+            return [{**g, "logical": None} for g in gpus]
+        chosen = [chosen[i] for i in picks if 0 <= i < len(chosen)]
+    return [{**g, "logical": i} for i, g in enumerate(chosen)]
+
+
+def device_ordinals(uris: Sequence[str]) -> list[int] | None:
+    """The logical GPU numbers a run's device URIs name ("cuda://1" -> 1; a bare "cuda" is the
+    driver's first device, 0); None when one names its GPU another way (a UUID): all of them."""
+    out = []
+    for uri in uris:
+        _, sep, path = uri.partition("://")
+        if not sep or not path:
+            out.append(0)
+        elif path.isdigit():
+            out.append(int(path))
+        else:
+            return None
+    return sorted(set(out))
+
+
+def in_use(gpus: list[dict[str, Any]], ordinals: list[int] | None) -> list[dict[str, Any]]:
+    """The visible GPUs a run uses (`ordinals` from device_ordinals; None: all visible)."""
+    if ordinals is None:
+        return gpus
+    return [g for g in gpus if g.get("logical") in ordinals]
+
+
+def gpu_uris(driver: str, spec: str, count: int) -> list[str]:
+    """`--gpus` -> device URIs: "all" (every one of `count` visible GPUs), "N" (the first N) or
+    "0,2" (these); ValueError names what is wrong."""
+    if spec == "all":
+        picks = list(range(count))
+    elif spec.isdigit():
+        if int(spec) > count:
+            raise ValueError(f"--gpus {spec}: only {count} GPU(s) visible")
+        picks = list(range(int(spec)))
+    else:
+        found = _indices(spec)
+        if not found or any(i >= count for i in found):
+            raise ValueError(f"--gpus {spec!r}: want all, a count or indices below {count}")
+        picks = found
+    if not picks:
+        raise ValueError("--gpus: no GPU visible")
+    return [f"{driver}://{i}" for i in picks]
+
+
+def hip_library_path(device_info: str | None) -> str | None:
+    """The libamdhip64 the hip driver loaded, from its dump_device_info text
+    ("- amdhip64_dylib_path: /opt/rocm/lib/libamdhip64.so"); None when absent."""
+    m = re.search(r"amdhip64_dylib_path:\s*(\S+)", device_info or "")
+    return m.group(1) if m else None
 
 
 def readers_for(backend: str, only: Sequence[str] | None = None) -> list[TelemetryReader]:
@@ -191,6 +416,8 @@ def read_first(backend: str, progress: Callable[[str], None] | None = None,
         except Exception as exc:  # a driver library raises its own error types
             errors.append(f"{reader.name}: {type(exc).__name__}: {exc}"[:300])
             continue
+        if isinstance(data.get("gpus"), list):
+            data["gpus"] = visible(backend, data["gpus"])
         return {"source": reader.name, **data, **({"errors": errors} if errors else {})}
     names = ", ".join(r.name for r in readers_for(backend, only))
     return {"source": None, "note": f"none of {names} usable" if not tried else

@@ -116,6 +116,22 @@ def _m004_evidence_exposures(db: sqlite3.Connection) -> None:
     """)
 
 
+def _m005_telemetry(db: sqlite3.Connection) -> None:
+    """The GPU telemetry time line (one row per GPU in use per sample; a failed read is a row
+    with gpu NULL and its error), marks drawn on it (phase starts and ends), and the device
+    each worker was given (several GPUs: a failure's GPU is its worker's)."""
+    _script(db, """
+    CREATE TABLE telemetry (
+        run_id TEXT NOT NULL, t REAL NOT NULL, gpu INTEGER, logical INTEGER, source TEXT,
+        sm_clock_mhz REAL, mem_clock_mhz REAL, power_w REAL, gpu_util_pct REAL,
+        mem_used_mib REAL, temp_c REAL, error TEXT);
+    CREATE INDEX telemetry_by_run ON telemetry(run_id, t);
+    CREATE TABLE timeline_marks (
+        run_id TEXT NOT NULL, t REAL NOT NULL, kind TEXT NOT NULL, label TEXT NOT NULL);
+    ALTER TABLE workers ADD COLUMN device TEXT;
+    """)
+
+
 # Each migration runs inside migrate()'s transaction: it must use `_script` or `db.execute`,
 # never `executescript` or `commit`.
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
@@ -123,6 +139,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (2, "m002_phases", _m002_phases),
     (3, "m003_windows", _m003_windows),
     (4, "m004_evidence_exposures", _m004_evidence_exposures),
+    (5, "m005_telemetry", _m005_telemetry),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -296,6 +313,28 @@ class RunStore:
             (run_id, worker, gen, pid, time.time()))
         self._bump()
         return int(cur.lastrowid or 0)
+
+    def set_worker_device(self, row: int, device: str) -> None:
+        """The device URI a worker was given (runs over several devices)."""
+        self.db.execute("UPDATE workers SET device=? WHERE id=?", (device, row))
+        self._bump()
+
+    _TELEMETRY_COLUMNS: tuple[str, ...] = (
+        "t", "gpu", "logical", "source", "sm_clock_mhz", "mem_clock_mhz", "power_w",
+        "gpu_util_pct", "mem_used_mib", "temp_c", "error")
+
+    def add_telemetry(self, run_id: str, rows: Iterable[dict[str, Any]]) -> None:
+        """Time line rows (timeline.rows): batched like job rows."""
+        cols = self._TELEMETRY_COLUMNS
+        self.db.executemany(
+            f"INSERT INTO telemetry (run_id, {', '.join(cols)}) "
+            f"VALUES (?, {', '.join('?' * len(cols))})",
+            [(run_id, *(r.get(c) for c in cols)) for r in rows])
+        self._bump()
+
+    def add_mark(self, run_id: str, t: float, kind: str, label: str) -> None:
+        self.db.execute("INSERT INTO timeline_marks VALUES (?,?,?,?)", (run_id, t, kind, label))
+        self._bump()
 
     def end_worker(self, row: int, exit_code: int | None, signal_name: str | None,
                    reason: str, facts: dict[str, Any] | None = None, *,

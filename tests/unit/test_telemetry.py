@@ -49,15 +49,15 @@ def test_a_wedged_nvidia_smi_gives_a_timed_out_snapshot_and_is_killed(
 def test_nvidia_smi_values_are_read_per_gpu_through_the_child(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_tool(tmp_path / "bin", "nvidia-smi",
-              'echo "0, 1980, 2619, 121.50, 97, 4096"\necho "1, 345, 2619, 70.10, 0, 12"')
+              'echo "0, 1980, 2619, 121.50, 97, 4096, 41"\necho "1, 345, 2619, 70.10, 0, 12, 30"')
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
 
     snap = telemetry.snapshot("cuda", timeout_s=30, only=["nvidia-smi"])
 
     assert "error" not in snap, snap
     assert snap["source"] == "nvidia-smi"
-    assert [g["sm_clock_mhz"] for g in snap["gpus"]] == ["1980", "345"]
-    assert snap["gpus"][0]["gpu_util_pct"] == "97"
+    assert [g["sm_clock_mhz"] for g in snap["gpus"]] == [1980.0, 345.0]
+    assert snap["gpus"][0]["gpu_util_pct"] == 97.0
 
 
 def test_a_failing_tool_is_named_in_the_snapshot(
@@ -108,6 +108,6 @@ def test_the_first_reader_that_reads_wins_and_earlier_failures_are_kept(
     snap = telemetry.read_first("cuda", tried.append)
 
     assert snap["source"] == "good"
-    assert snap["gpus"] == [{"index": 0}]
+    assert snap["gpus"] == [{"index": 0, "logical": 0}]
     assert snap["errors"] == ["broken: RuntimeError: broken driver error"]
     assert tried == ["broken", "good"]
