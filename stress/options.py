@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -74,3 +75,101 @@ def cache_option(f: F) -> F:
 def jobs_option(f: F) -> F:
     return click.option("-j", "--jobs", "compile_jobs", type=click.IntRange(1), default=2,
                         show_default=True, help="Parallel compiler processes.")(f)
+
+
+def run_options(f: F) -> F:
+    """Every option a soak run takes except how long it runs and how it prints (soak and gate
+    share these; gate replaces --duration by --budget)."""
+    decorators = [
+        target_option,
+        click.option("--device", help="Device URI (default: the target's driver, e.g. "
+                                      "local-task, hip)."),
+        click.option("--workers", "-w", type=click.IntRange(1), envvar="IREE_STRESS_WORKERS",
+                     show_envvar=True, help="Worker processes  [default: cores]"),
+        click.option("--threads", type=click.IntRange(1), default=2, show_default=True,
+                     help="Threads per worker."),
+        click.option("--patterns", "-P", multiple=True, metavar="NAMES",
+                     help="Lifecycle patterns (comma list or repeatable; default all): shared, "
+                          "per-thread, per-call, churn, instance-churn, cross-thread, "
+                          "process-per-job."),
+        programs_option,
+        click.option("--invocations", "-n", type=click.IntRange(1),
+                     help="Stop after this many planned invocations (of this shard)."),
+        click.option("--seed", type=int, envvar="IREE_STRESS_SEED", show_envvar=True,
+                     help="Seed of the whole schedule (printed; same seed = same jobs). "
+                          "Shards of one plan need the same seed."),
+        click.option("--env", "env_items", multiple=True, metavar="KEY=VALUE",
+                     help="Environment for workers only (AMD_LOG_LEVEL=4, HSA_*, "
+                          "LD_LIBRARY_PATH)."),
+        click.option("--max-failures", type=click.IntRange(1),
+                     help="Stop after this many failures."),
+        click.option("--results", type=click.Path(file_okay=False, path_type=Path),
+                     help="Run folder  [default: results/RUN_ID]"),
+        click.option("--timeout", type=Duration(), default="30s", show_default=True,
+                     help="Deadline of one step (invoke, upload, ...): past it is a hang."),
+        click.option("--teardown-timeout", type=Duration(), default="15s", show_default=True,
+                     help="Deadline of device release and worker exit: past it is a teardown "
+                          "hang."),
+        click.option("--max-worker-restarts", type=click.IntRange(0), default=50,
+                     show_default=True),
+        click.option("--inject", multiple=True, metavar="KIND@STEP[:PROB]",
+                     help="Inject a real fault: segv|abort|kill|hang|exit|raise|corrupt at a "
+                          "journal step (invoke, device-release, ...)."),
+        click.option("--python", "python", metavar="PATH",
+                     help="Interpreter for workers (a runtime stack's venv)."),
+        shard_option,
+        click.option("--job-seed", type=int, hidden=True,
+                     help="Force every job's input seed (repro)."),
+        click.option("--artifacts", type=click.Path(exists=True, file_okay=False,
+                                                    path_type=Path),
+                     help="Use prebuilt artifacts (from `compile --export`) instead of "
+                          "compiling."),
+        cache_option,
+        jobs_option,
+    ]
+    for d in reversed(decorators):
+        f = d(f)
+    return f
+
+
+def shard_option(f: F) -> F:
+    return click.option(
+        "--shard", metavar="K/N",
+        help="Run only shard K of N of the seeded plan (1-based, like cargo-nextest's "
+             "--partition). Default: IREE_STRESS_SHARD=K/N, else a Kubernetes Indexed Job "
+             "(JOB_COMPLETION_INDEX + IREE_STRESS_SHARDS), a Slurm array "
+             "(SLURM_ARRAY_TASK_ID/COUNT/MIN) or GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS; else "
+             "the whole plan.")(f)
+
+
+def soak_options_from(kw: dict[str, Any], duration_s: float | None, progress: bool,
+                      argv: list[str]) -> Any:
+    """The SoakOptions of `run_options`' values (a UsageError for a bad --env, --inject or
+    shard). Returns stress.soak.SoakOptions (imported here, late: the CLI starts fast)."""
+    import os
+
+    from stress.engine import inject
+    from stress.errors import UsageError
+    from stress.soak import SoakOptions
+    from stress.verdicts.shards import resolve
+
+    env = {}
+    for item in kw["env_items"]:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env wants KEY=VALUE, got {item!r}")
+        env[key] = value
+    shard = resolve(kw["shard"], os.environ)
+    for spec in kw["inject"]:
+        inject.parse(spec)
+    return SoakOptions(
+        target=kw["target"], device=kw["device"], workers=kw["workers"], threads=kw["threads"],
+        patterns=split_csv(kw["patterns"]), programs=split_csv(kw["programs"]),
+        program_files=list(kw["program_files"]), duration_s=duration_s,
+        invocations=kw["invocations"], seed=kw["seed"], env=env,
+        max_failures=kw["max_failures"], results=kw["results"], timeout_s=kw["timeout"],
+        teardown_timeout_s=kw["teardown_timeout"],
+        max_worker_restarts=kw["max_worker_restarts"], inject=list(kw["inject"]),
+        python=kw["python"], shard=shard.pair, job_seed=kw["job_seed"],
+        artifacts=kw["artifacts"], cache_dir=Path(kw["cache_dir"]),
+        compile_jobs=kw["compile_jobs"], progress=progress, argv=argv)

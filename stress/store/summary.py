@@ -25,9 +25,16 @@ def build(run_dir: Path) -> dict[str, Any]:
 
 
 def _build(db: sqlite3.Connection, run_dir: Path) -> dict[str, Any]:
-    run = db.execute("SELECT * FROM runs ORDER BY started_at LIMIT 1").fetchone()
-    if run is None:
+    all_runs = db.execute("SELECT * FROM runs ORDER BY started_at").fetchall()
+    if not all_runs:
         raise ValueError(f"{run_dir} holds no run")
+    run = all_runs[0]
+    if len(all_runs) > 1:  # a merged store (store/merge.py): the totals cover every run
+        return _build_merged(db, run_dir, all_runs)
+    return _build_one(db, run_dir, run)
+
+
+def _build_one(db: sqlite3.Connection, run_dir: Path, run: sqlite3.Row) -> dict[str, Any]:
     run_id = run["run_id"]
     totals = db.execute(
         "SELECT COUNT(*) AS jobs, COALESCE(SUM(invocations),0) AS inv, COALESCE(SUM(ok),0) AS ok,"
@@ -76,6 +83,47 @@ def _build(db: sqlite3.Connection, run_dir: Path) -> dict[str, Any]:
         "failures_detail": detail, "command": run["command"], "phases": phases,
         "exposures": exposures, "harness_errors": harness, "manifest": manifest,
     }
+
+
+_STATUS_ORDER: tuple[str, ...] = ("failed", "interrupted", "running", "completed")
+
+
+def _build_merged(db: sqlite3.Connection, run_dir: Path,
+                  runs: list[sqlite3.Row]) -> dict[str, Any]:
+    """Every key of a one-run summary, summed over the runs of a merged store (`status`: the
+    worst; `run_id`: the runs joined by '+'; times: first start to last end), plus `runs`
+    (each run's own id, status, stop reason and shard)."""
+    per = []
+    for r in runs:
+        one = db.execute("SELECT * FROM runs WHERE run_id=?", (r["run_id"],)).fetchone()
+        per.append(_build_one(db, run_dir, one))
+    first = dict(per[0])
+    out: dict[str, Any] = {**first}
+    for key in ("invocations", "ok", "jobs", "nondeterministic", "devices_created",
+                "worker_processes", "harness_errors"):
+        out[key] = sum(int(p.get(key) or 0) for p in per)
+    out["failures"] = {c: sum(p["failures"].get(c, 0) for p in per) for c in first["failures"]}
+    out["failed"] = sum(out["failures"].values()) > 0
+    patterns: dict[str, int] = {}
+    for p in per:
+        for k, v in p["patterns"].items():
+            patterns[k] = patterns.get(k, 0) + v
+    out["patterns"] = dict(sorted(patterns.items()))
+    out["failures_detail"] = [d for p in per for d in p["failures_detail"]][:_DETAIL_LIMIT]
+    out["status"] = min((p["status"] for p in per), key=lambda st: _STATUS_ORDER.index(st)
+                        if st in _STATUS_ORDER else 0)
+    out["stop_reason"] = "; ".join(sorted({p["stop_reason"] or "" for p in per}))
+    out["run_id"] = "+".join(p["run_id"] for p in per)
+    started = min(float(r["started_at"]) for r in runs)
+    ended = max(float(r["ended_at"] or r["started_at"]) for r in runs)
+    out["duration_s"] = round(max(0.0, ended - started), 3)
+    out["invocations_per_s"] = round(out["invocations"] / out["duration_s"], 1) \
+        if out["duration_s"] else 0.0
+    out["runs"] = [{"run_id": p["run_id"], "status": p["status"], "stop_reason":
+                    p["stop_reason"], "shard": json.loads(r["config"] or "{}").get("shard"),
+                    "invocations": p["invocations"], "jobs": p["jobs"]}
+                   for p, r in zip(per, runs, strict=True)]
+    return out
 
 
 def _scalar(db: sqlite3.Connection, sql: str, *args: Any) -> int:

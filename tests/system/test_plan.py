@@ -65,7 +65,7 @@ def test_real_sharded_soaks_run_disjoint_jobs_of_the_one_unsharded_plan(
     runs = []
     for i in range(_SHARDS):
         res = run_cli("soak", "--target", "cpu", "--seed", str(_SEED), "--shard",
-                      f"{i}/{_SHARDS}", "--programs", _PROGRAMS, "--patterns", _PATTERNS,
+                      f"{i + 1}/{_SHARDS}", "--programs", _PROGRAMS, "--patterns", _PATTERNS,
                       "--invocations", "400", "--workers", "1", "-q",
                       "--results", str(tmp_path / f"shard{i}"))
         assert res.rc == 0, res.stderr[-3000:]

@@ -1,0 +1,2 @@
+"""Verdicts on recorded runs: the CI gate (gate, shards), and comparisons across runtime
+stacks (compare, bisect, stacks)."""

@@ -1,0 +1,146 @@
+"""The gate's verdicts (issue 10 item 1) on synthetic stores and the sequential test itself:
+PASS below the bound, FAIL on a new fatal failure or a rate not below a quarter of it,
+INCONCLUSIVE when undecided or untrustworthy; known signatures reported apart."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from stress.analysis.known import load as load_known
+from stress.analysis.stats import Decision
+from stress.errors import UsageError
+from stress.verdicts.gate import (
+    GateSpec,
+    SequentialTest,
+    Verdict,
+    evaluate,
+    first_decision,
+    jobs_to_pass,
+    parse_fatal,
+)
+from stress.vocab import FailureClass
+from tests.conftest import run_cli
+from tests.unit.test_gate_stores import make_store
+
+RATE = 0.05  # jobs_to_pass(0.05) = 233 with the default design effect: small stores decide
+
+
+def test_a_clean_run_long_enough_passes_and_a_short_one_is_inconclusive(tmp_path: Path) -> None:
+    spec = GateSpec(RATE)
+    need = jobs_to_pass(spec)
+    long = evaluate([make_store(tmp_path / "long", "a", range(need + 20))], spec)
+    short = evaluate([make_store(tmp_path / "short", "b", range(need // 2))], spec)
+    assert long.verdict is Verdict.PASS and long.verdict.exit_code == 0
+    assert short.verdict is Verdict.INCONCLUSIVE and short.verdict.exit_code == 3
+    assert f"{need:,} clean jobs" in short.reason
+
+
+def test_one_new_crash_fails_the_gate_at_once_whatever_the_rate(tmp_path: Path) -> None:
+    g = evaluate([make_store(tmp_path / "r", "a", range(2000), crash_jobs=[700])],
+                 GateSpec(RATE))
+    assert g.verdict is Verdict.FAIL and g.verdict.exit_code == 1
+    assert "new crash" in g.reason
+    assert [s.cls for s in g.new] == ["crash"] and not g.known
+
+
+def test_a_known_crash_is_listed_as_known_and_does_not_fail_the_gate(tmp_path: Path) -> None:
+    run = make_store(tmp_path / "r", "a", range(400), crash_jobs=[100])
+    sig = evaluate([run], GateSpec(RATE)).new[0].id
+    known = tmp_path / "known.toml"
+    known.write_text(f'[[known]]\nsignature = "{sig}"\nnote = "filed as #1"\n')
+    g = evaluate([run], GateSpec(RATE, known=load_known(known)))
+    assert g.verdict in (Verdict.PASS, Verdict.INCONCLUSIVE)
+    assert [s.id for s in g.known] == [sig] and not g.new
+    assert g.as_dict()["known_signatures"][0]["known"]["note"] == "filed as #1"
+
+
+def test_errors_are_not_fatal_by_default_but_a_high_error_rate_fails(tmp_path: Path) -> None:
+    errors = list(range(0, 400, 8))  # 12.5% of jobs, above the bound 5%
+    g = evaluate([make_store(tmp_path / "r", "a", range(400), error_jobs=errors,
+                             jobs_per_process=1)], GateSpec(RATE))
+    assert g.verdict is Verdict.FAIL and "not below" in g.reason
+    assert g.failures["error"] == len(errors)
+
+
+def test_errors_become_fatal_when_named_in_fatal(tmp_path: Path) -> None:
+    run = make_store(tmp_path / "r", "a", range(400), error_jobs=[10])
+    spec = GateSpec(RATE, fatal=parse_fatal("error"))
+    assert evaluate([run], spec).verdict is Verdict.FAIL
+    assert evaluate([run], GateSpec(RATE, fatal=parse_fatal("none"))).verdict is not Verdict.FAIL
+
+
+def test_an_interrupted_run_cannot_pass(tmp_path: Path) -> None:
+    g = evaluate([make_store(tmp_path / "r", "a", range(1000), status="interrupted")],
+                 GateSpec(RATE))
+    assert g.verdict is Verdict.INCONCLUSIVE and "interrupted" in g.reason
+
+
+def test_the_json_has_every_key_the_issue_names(tmp_path: Path) -> None:
+    d = evaluate([make_store(tmp_path / "r", "a", range(300), crash_jobs=[5])],
+                 GateSpec(RATE)).as_dict()
+    for key in ("verdict", "reason", "unit", "rate", "ci_low", "ci_high", "max_rate", "jobs",
+                "invocations", "failures", "new_signatures", "known_signatures", "shards"):
+        assert key in d, key
+    assert d["verdict"] == "FAIL" and d["unit"] == "job" and d["shards"]["seen"] == 1
+    assert d["ci_low"] <= d["rate"] <= d["ci_high"]
+    json.dumps(d)
+
+
+@pytest.mark.parametrize("bad", [{"max_rate": 0.0}, {"max_rate": 1.0}, {"max_rate": 0.1,
+                                                                      "confidence": 1.0},
+                                 {"max_rate": 0.1, "design_effect": 0.5}])
+def test_impossible_gate_settings_are_usage_errors(bad: dict[str, float]) -> None:
+    with pytest.raises(UsageError):
+        GateSpec(**bad)
+
+
+def test_fatal_classes_parse_and_unknown_ones_are_refused() -> None:
+    assert parse_fatal("crash, hang") == {FailureClass.CRASH, FailureClass.HANG}
+    with pytest.raises(UsageError, match="--fatal"):
+        parse_fatal("crash,segfault")
+
+
+def test_the_sequential_test_passes_clean_independent_jobs_after_the_computed_count() -> None:
+    spec = GateSpec(0.01, design_effect=1.0)
+    d, test = first_decision(spec, ((i, False) for i in range(10_000)))
+    assert d is Decision.ACCEPT_H0 and test.units == jobs_to_pass(spec)
+
+
+def test_a_burst_in_one_process_is_worth_less_than_the_same_failures_spread_out() -> None:
+    spec = GateSpec(0.01, design_effect=1.0)
+    burst, spread = SequentialTest(spec), SequentialTest(spec)
+    for i in range(400):
+        burst.add(i // 100, 100 <= i < 104)  # four failures in a row in process 1
+        spread.add(i // 100, i in (50, 150, 250, 350))
+    assert burst.decision() is Decision.CONTINUE
+    assert burst.deff > spread.deff
+    assert burst.sprt().llr < spread.sprt().llr
+
+
+def test_error_rates_hold_on_simulated_independent_jobs() -> None:
+    """A small version of bench/gate_simulation.py: 200 gates at the bound and at a quarter."""
+    rng = random.Random(3)
+    spec = GateSpec(0.05, design_effect=1.0)
+    wrong = {0.05: 0, 0.0125: 0}
+    for p in wrong:
+        for _ in range(200):
+            d, _ = first_decision(spec, ((i, rng.random() < p) for i in range(20_000)))
+            bad = Decision.ACCEPT_H0 if p == 0.05 else Decision.ACCEPT_H1
+            wrong[p] += d is bad
+    assert wrong[0.05] <= 20 and wrong[0.0125] <= 20  # 5% of 200 = 10, with binomial room
+
+
+def test_gate_without_max_rate_is_a_one_line_usage_error() -> None:
+    res = run_cli("gate", "--from", ".")
+    assert res.rc == 2 and "--max-rate" in res.stderr
+
+
+def test_gate_from_a_folder_prints_the_verdict_and_exits_with_its_code(tmp_path: Path) -> None:
+    run = make_store(tmp_path / "r", "a", range(300), crash_jobs=[10])
+    res = run_cli("gate", "--from", str(run), "--max-rate", "0.05", "--json")
+    assert res.rc == 1, res.stderr
+    assert res.json()["verdict"] == "FAIL"
