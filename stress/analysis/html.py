@@ -6,9 +6,11 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from stress.analysis import report as rep
 from stress.analysis.report import Report
+from stress.engine import telemetry
 from stress.engine.invocation import LATENCY_BUCKETS
 
 _W, _H, _PAD = 640, 220, 44
@@ -103,10 +105,99 @@ def _latency(r: Report) -> str:
                  [float(n) for n in hist], "invocations per log2 bucket")
 
 
+_TL_W, _TL_H, _TL_PAD = 1000, 240, 50
+_TL_POINTS: int = 1500  # points per line at most: a 10-hour run at 1 Hz is 36k samples
+# (metric, label, colour): each line scaled to its own maximum, the maximum shown in the legend
+_TL_LINES: tuple[tuple[str, str, str], ...] = (
+    ("sm_clock_mhz", "SM/GFX clock MHz", "#3b6ea5"), ("power_w", "power W", "#d08020"),
+    ("gpu_util_pct", "utilization %", "#4a9a4a"), ("mem_used_mib", "memory used MiB", "#888"))
+
+
+def _timeline(r: Report, run_id: str, gpu: Any, rows: list[dict[str, Any]]) -> str:
+    """One GPU's time line: its numbers over the run, phases (dashed), failures (red ticks)
+    and busy-while-idle episodes (shaded)."""
+    t0 = min(float(x["t"]) for x in rows)
+    t1 = max(float(x["t"]) for x in rows)
+    marks = [m for m in r.data.marks if m["run_id"] == run_id]
+    logical = rows[0].get("logical")
+    fails = [f for f in r.data.failures if f["run_id"] == run_id and
+             (not f.get("device") or logical is None or
+              telemetry.device_ordinals([str(f["device"])]) in (None, [logical]))]
+    t0 = min([t0, *(float(m["t"]) for m in marks)])
+    t1 = max([t1, *(float(m["t"]) for m in marks)])
+    span = max(t1 - t0, 1e-6)
+    plot_w, plot_h = _TL_W - 2 * _TL_PAD, _TL_H - 60
+
+    def x(t: float) -> float:
+        return _TL_PAD + (t - t0) / span * plot_w
+
+    title = f"GPU {gpu} time line, run {run_id}"
+    parts = [f'<svg class="timeline" role="img" aria-label="{html.escape(title)}" '
+             f'viewBox="0 0 {_TL_W} {_TL_H}" width="{_TL_W}" height="{_TL_H}" '
+             f'xmlns="http://www.w3.org/2000/svg">',
+             f'<text x="{_TL_W / 2}" y="14" text-anchor="middle" class="t">'
+             f'{html.escape(title)}</text>',
+             f'<line x1="{_TL_PAD}" y1="{plot_h + 30}" x2="{_TL_W - _TL_PAD}" '
+             f'y2="{plot_h + 30}" stroke="#444"/>',
+             f'<text x="{_TL_PAD}" y="{plot_h + 44}" class="s">0 s</text>',
+             f'<text x="{_TL_W - _TL_PAD}" y="{plot_h + 44}" class="s" text-anchor="end">'
+             f'{span:.0f} s</text>']
+    for ep in r.busy_idle or []:
+        if ep.run_id == run_id and ep.gpu == gpu:
+            parts.append(f'<rect class="busyidle" x="{x(ep.start):.1f}" y="30" '
+                         f'width="{max(2.0, x(ep.end) - x(ep.start)):.1f}" height="{plot_h}">'
+                         f'<title>{html.escape(ep.describe())}</title></rect>')
+    for m in marks:
+        if m["kind"] == "phase-start":
+            mx = x(float(m["t"]))
+            parts.append(f'<line x1="{mx:.1f}" y1="30" x2="{mx:.1f}" y2="{plot_h + 30}" '
+                         f'stroke="#555" stroke-dasharray="4 3"/>'
+                         f'<text x="{mx + 2:.1f}" y="40" class="s">'
+                         f'{html.escape(str(m["label"]))}</text>')
+    for f in fails:
+        fx = x(float(f["detected_at"]))
+        parts.append(f'<line class="fail" x1="{fx:.1f}" y1="{plot_h + 22}" x2="{fx:.1f}" '
+                     f'y2="{plot_h + 30}" stroke="#c22"><title>{html.escape(str(f["class"]))}'
+                     f' {html.escape(str(f.get("pattern") or ""))}</title></line>')
+    step = max(1, len(rows) // _TL_POINTS)
+    shown = rows[::step]
+    legend = []
+    for i, (metric, label, colour) in enumerate(_TL_LINES):
+        vals = [(float(p["t"]), float(p[metric])) for p in shown if p.get(metric) is not None]
+        if not vals:
+            continue
+        top = max(v for _, v in vals) or 1.0
+        pts = " ".join(f"{x(t):.1f},{30 + plot_h - plot_h * v / top:.1f}" for t, v in vals)
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.2" '
+                     f'points="{pts}"><title>{html.escape(label)}</title></polyline>')
+        legend.append(f'<text x="{_TL_PAD + 240 * i}" y="{_TL_H - 4}" class="s" '
+                      f'fill="{colour}">{html.escape(label)} (top {top:.0f})</text>')
+    parts += legend
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _timelines(r: Report) -> str:
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for row in r.data.telemetry:
+        if row.get("error") is None:
+            groups.setdefault((row["run_id"], row.get("gpu")), []).append(row)
+    if not groups:
+        return ""
+    svgs = [_timeline(r, run_id, gpu, rows) for (run_id, gpu), rows in
+            sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))]
+    eps = "".join(f"<li>{html.escape(ep.describe())}</li>" for ep in r.busy_idle or [])
+    return ("<h2>GPU time line</h2><p>Each line is scaled to its own top (in the legend); "
+            "dashed: phase starts; red ticks: failures; shaded: GPU busy while idle.</p>"
+            + "".join(svgs) + (f"<ul>{eps}</ul>" if eps else
+                               "<p>No GPU was busy while idle.</p>"))
+
+
 _CSS = """body{font:14px system-ui,sans-serif;margin:24px;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:3px 8px;
 text-align:left;vertical-align:top}th{background:#f3f3f3}.bar{fill:#3b6ea5}
 .t{font:bold 13px sans-serif}.s{font:10px sans-serif;fill:#333}.note{color:#a33}
+.busyidle{fill:#f4c0c0;opacity:.6}
 .plots{display:flex;flex-wrap:wrap;gap:12px}code{background:#f6f6f6;padding:0 3px}
 .findings li{margin:8px 0}.findings li.new b{color:#a33}.findings li.known b{color:#376}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:4px 0 0 16px}
@@ -168,6 +259,7 @@ def render(r: Report) -> str:
 <p>{r.healthy_windows} healthy journal windows sampled.</p>
 <h2>Runs</h2>{runs}
 <h2>Plots</h2><div class="plots">{plots}</div>
+{_timelines(r)}
 <h2>Signatures</h2>{sigs}
 <h2>Correlation with HAL call sequences</h2>{"".join(corr) or "<p>No failures.</p>"}
 <h2>Failing jobs by factor</h2>{factors}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stress.analysis import correlation, exposure, factors, known, rundata, signatures
+from stress.analysis import correlation, exposure, factors, gpuidle, known, rundata, signatures
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import Rate, fmt_rate
 from stress.analysis.text import summary_table
@@ -43,6 +43,8 @@ class Finding:
         s = self.signature
         shown = list(s.display[:FRAMES_SHOWN]) or list(s.frames)
         src = s.stack_sources.most_common(1)[0][0] if s.stack_sources else ""
+        if s.cls == gpuidle.CLASS:  # no stack: the time line's samples are the evidence
+            return s.example or "-"
         if not shown:
             if s.cls in ("error", "miscompare"):
                 return s.key.message or "-"
@@ -105,6 +107,7 @@ class Report:
     overall: Rate  # jobs hit by any failure, per job
     known_file: str | None = None
     overall_exits: Rate | None = None  # process exits that failed, when any did
+    busy_idle: list[gpuidle.BusyIdle] | None = None  # GPU busy with nothing in flight
 
     @property
     def findings(self) -> list[Finding]:
@@ -159,7 +162,9 @@ class Report:
                 "factors": self.factors.as_dict(),
                 "exposures": [e.as_dict() for e in self.exposures],
                 "exit_paths": self.exit_paths.as_dict() if self.exit_paths else None,
-                "healthy_windows": self.healthy_windows}
+                "healthy_windows": self.healthy_windows,
+                "telemetry": telemetry_summary(self.data),
+                "busy_idle": [b.as_dict() for b in self.busy_idle or []]}
 
     @property
     def healthy_windows(self) -> int:
@@ -181,10 +186,34 @@ def build(dirs: list[Path], known_paths: Sequence[Path] = ()) -> Report:
     exits_hit = {k for row in data.failures
                  if exposure.exposure_of(row) is exposure.Exposure.PROCESS_EXIT
                  for k in [exposure.proc_key(row)] if k}
-    return Report(data, summaries, sigs, corr, factors.factor_rates(data, sigs),
+    factor_table = factors.factor_rates(data, sigs)
+    busy = gpuidle.detect_run(data)  # the time line's findings: signatures with no job
+    idle_sigs = gpuidle.signatures(busy)
+    for s in idle_sigs:
+        s.known = kf.lookup(s.id, s.key.text())
+    return Report(data, summaries, sigs + idle_sigs, corr, factor_table,
                   exposure.exposure_counts(data), exposure.exit_paths(data), overall,
                   ", ".join(str(p) for p in known_paths) or None,
-                  exposure.exit_rate(data, exits_hit) if exits_hit else None)
+                  exposure.exit_rate(data, exits_hit) if exits_hit else None, busy)
+
+
+def telemetry_summary(data: rundata.RunData) -> list[dict[str, Any]]:
+    """Per run and GPU: samples, failed reads, and the range of each number on the time line."""
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for row in data.telemetry:
+        groups.setdefault((row["run_id"], row.get("gpu")), []).append(row)
+    out = []
+    for (run_id, gpu), rows in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        good = [r for r in rows if r.get("error") is None]
+        entry: dict[str, Any] = {"run_id": run_id, "gpu": gpu, "samples": len(good),
+                                 "failed_reads": len(rows) - len(good),
+                                 "source": next((r["source"] for r in good if r.get("source")),
+                                                None)}
+        for m in ("sm_clock_mhz", "power_w", "gpu_util_pct", "mem_used_mib", "temp_c"):
+            vals = [float(r[m]) for r in good if r.get(m) is not None]
+            entry[m] = {"min": min(vals), "max": max(vals)} if vals else None
+        out.append(entry)
+    return out
 
 
 def signature_summaries(run_dir: Path, top: int = 10) -> list[dict[str, Any]]:
