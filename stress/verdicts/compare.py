@@ -244,10 +244,10 @@ def render(r: CompareResult) -> str:
     ta, tb = r.arm(r.a), r.arm(r.b)
     lines = [f"VERDICT  {r.verdict.value}  (A = {r.a}, B = {r.b}; {len(tb)} pairs, "
              f"decided by {r.decided_by or '-'})", f"         {r.reason}"]
-    for name, arm in (("A", ta), ("B", tb)):
+    for name, stack, arm in (("A", r.a, ta), ("B", r.b, tb)):
         runtimes = sorted({f"{t.runtime} from {t.runtime_path}" for t in arm if t.runtime})
         fails = sum(t.failed for t in arm)
-        lines.append(f"  {name} {arm[0].stack if arm else '-':<24} {fails}/{len(arm)} trials "
+        lines.append(f"  {name} {stack:<24} {fails}/{len(arm)} trials "
                      f"failed ({fmt_rate(fails / len(arm)) if arm else '-'}); runtime "
                      f"{'; '.join(runtimes) or '?'}")
     s = r.b_worse

@@ -464,7 +464,7 @@ def check_facts(built: Built, manifest: Mapping[str, Any]) -> list[str]:
         if wrong:
             problems.append(f"workers loaded {wrong[0]}, the stack binds {built.hip_library}")
         info = str(manifest.get("device_info") or "")
-        m = re.search(r"amdhip64_dylib_path\W+(\S+)", info)
+        m = re.search(r"amdhip64_dylib_path[^/\n]*(/[^\s\"',]+)", info)
         if m and os.path.realpath(m.group(1)) != want:
             problems.append(f"the HIP driver reports {m.group(1)}, the stack binds "
                             f"{built.hip_library}")

@@ -1,0 +1,121 @@
+"""compare (issue 11) on fake trials: verdicts, early stopping, live state, per-signature news,
+harness failures inconclusive, trials cached on disk."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from stress.cli import cli
+from stress.verdicts.compare import (
+    Cached,
+    Trial,
+    TrialCache,
+    Verdict,
+    compare,
+    render,
+)
+
+
+class Arms:
+    """Each arm fails with its rate (seeded); optional signatures and harness failures."""
+
+    def __init__(self, rates: dict[str, float], seed: int = 1,
+                 sigs: dict[str, tuple[tuple[str, str], ...]] | None = None,
+                 harness: dict[str, str] | None = None):
+        self.rates, self.rng = rates, random.Random(seed)
+        self.sigs, self.harness = sigs or {}, harness or {}
+        self.calls: list[tuple[str, int, int]] = []
+
+    def run(self, stack: str, index: int, seed: int) -> Trial:
+        self.calls.append((stack, index, seed))
+        if stack in self.harness:
+            return Trial(stack, index, seed, False, harness=self.harness[stack])
+        failed = self.rng.random() < self.rates[stack]
+        return Trial(stack, index, seed, failed, signatures=self.sigs.get(stack, ())
+                     if failed else ())
+
+
+def test_a_b_that_fails_half_its_trials_is_b_worse_before_the_fixed_budget() -> None:
+    lines: list[str] = []
+    runs = [compare(Arms({"a": 0.0, "b": 0.5}, seed=s), "a", "b", seed=10,
+                    on_progress=lines.append) for s in range(20)]
+    assert all(r.verdict is Verdict.B_WORSE for r in runs)
+    assert sum(len(r.trials) for r in runs) / len(runs) < 40
+    assert all(r.decided_by == "sequential" for r in runs)
+    assert lines[0].startswith("pair 1: A 0/1 failed")  # the live state, one line a pair
+
+
+def test_pairs_run_a_then_b_with_the_same_seed() -> None:
+    arms = Arms({"a": 0.0, "b": 0.0})
+    compare(arms, "a", "b", seed=100, max_pairs=3)
+    assert arms.calls == [("a", 0, 100), ("b", 0, 100), ("a", 1, 101), ("b", 1, 101),
+                          ("a", 2, 102), ("b", 2, 102)]
+
+
+def test_a_worse_is_told_apart_from_b_worse() -> None:
+    r = compare(Arms({"a": 0.6, "b": 0.0}, seed=3), "a", "b", seed=0)
+    assert r.verdict is Verdict.A_WORSE
+    assert r.verdict.exit_code == 0
+
+
+def test_no_failures_on_either_side_is_no_difference_shown_at_the_budget() -> None:
+    r = compare(Arms({"a": 0.0, "b": 0.0}), "a", "b", seed=0, max_pairs=5)
+    assert r.verdict is Verdict.NO_DIFFERENCE
+    assert len(r.trials) == 10
+    assert "Fisher p(B worse) = 1" in r.reason
+    assert "no difference shown" in render(r)
+
+
+def test_a_stack_that_cannot_start_its_workers_is_inconclusive_with_the_reason() -> None:
+    arms = Arms({"a": 0.0, "b": 0.0},
+                harness={"b": "cannot start: No module named 'numpy'"})
+    r = compare(arms, "a", "b", seed=0)
+    assert r.verdict is Verdict.INCONCLUSIVE
+    assert r.verdict.exit_code == 3
+    assert "No module named 'numpy'" in r.reason
+    assert len(arms.calls) == 2  # stopped at once
+    assert r.arm("b") == []  # never counted as a failure of b
+
+
+def test_a_signature_seen_only_under_b_is_news_even_at_equal_rates() -> None:
+    sigs = {"a": (("S1", "crash|SIGSEGV|invoke"),),
+            "b": (("S1", "crash|SIGSEGV|invoke"), ("S2", "teardown_hang|device-release"))}
+    r = compare(Arms({"a": 0.3, "b": 0.3}, seed=5, sigs=sigs), "a", "b", seed=0)
+    assert ("S2", "teardown_hang|device-release") in r.new_in_b
+    assert all(i != "S1" for i, _ in r.new_in_b)
+    assert "new in B" in render(r)
+
+
+def test_cached_trials_are_reused_and_harness_failures_are_not_kept(tmp_path: Path) -> None:
+    cache = TrialCache(tmp_path, "plan1", {"a": "k1"})
+    first = Cached(Arms({"a": 1.0, "b": 0.0}), cache)
+    t = first.run("a", 0, 7)
+    assert first.ran == 1 and t.failed
+    again = Cached(Arms({"a": 0.0, "b": 0.0}), cache)
+    assert again.run("a", 0, 7) == t and again.reused == 1 and again.ran == 0
+    broken = Cached(Arms({"b": 0.0}, harness={"b": "cannot start"}), cache)
+    broken.run("b", 0, 7)
+    assert cache.get("b", 0) is None
+    other_plan = TrialCache(tmp_path, "plan2", {"a": "k1"})
+    assert other_plan.get("a", 0) is None  # another plan never reuses these
+
+
+def test_compare_refuses_a_stack_file_error_with_exit_2_before_running(tmp_path: Path) -> None:
+    f = tmp_path / "stacks.toml"
+    f.write_text('[stacks.a]\n\n[stacks.b]\nrequirements = ["iree-base-runtime"]\n')
+    res = CliRunner().invoke(cli, ["compare", "a", "b", "--stacks", str(f), "--results",
+                                   str(tmp_path / "out")], standalone_mode=False)
+    assert res.exception is not None
+    assert f"{f}:4:" in str(res.exception) and "has no version" in str(res.exception)
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_names_an_unknown_stack(tmp_path: Path) -> None:
+    f = tmp_path / "stacks.toml"
+    f.write_text("[stacks.a]\n\n[stacks.b]\n")
+    res = CliRunner().invoke(cli, ["compare", "a", "c", "--stacks", str(f)],
+                             standalone_mode=False)
+    assert "no stack named 'c'" in str(res.exception)
