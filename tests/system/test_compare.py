@@ -1,0 +1,76 @@
+"""compare across real runtime stacks (issue 11): real venvs, real workers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stress.programs.cache import default_cache_dir
+
+pytestmark = pytest.mark.system
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["-t", "cpu", "-w", "1", "--threads", "1", "-n", "4", "-p", "unary.exp.f32*",
+         "-P", "shared"]
+
+
+def iree_stress(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stress", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=timeout)
+
+
+def test_a_stack_that_cannot_start_its_workers_is_inconclusive_with_the_reason(
+        tmp_path: Path) -> None:
+    f = tmp_path / "stacks.toml"
+    f.write_text('[stacks.ok]\n\n[stacks.broken]\nenv = { PYTHONHOME = "/nonexistent" }\n')
+    out = iree_stress("compare", "ok", "broken", "--stacks", str(f), *SMALL, "--seed", "1",
+                      "--results", str(tmp_path / "out"), "--json")
+    assert out.returncode == 3, out.stderr
+    r = json.loads(out.stdout)
+    assert r["verdict"] == "inconclusive"
+    assert r["reason"].startswith("stack broken trial 0: cannot start:")
+    assert not any(t["failed"] for t in r["per_trial"])  # not a crash of the stack
+
+
+def test_an_unresolvable_requirement_is_exit_2_naming_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "wheels").mkdir()
+    f = tmp_path / "stacks.toml"
+    f.write_text('[stacks.ok]\n\n[stacks.gone]\nrequirements = ["iree-base-runtime==0.0.1"]\n'
+                 f'index_url = "file://{tmp_path}/no-index"\nfind_links = ["wheels"]\n')
+    out = iree_stress("compare", "ok", "gone", "--stacks", str(f), *SMALL, "--cache-dir",
+                      str(tmp_path / "cache"), "--results", str(tmp_path / "out"))
+    assert out.returncode == 2
+    line = out.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"iree-stress: error: {f}:3: stack 'gone': install of requirements")
+    assert "iree-base-runtime==0.0.1" in line
+    assert not (tmp_path / "out").exists()  # nothing ran
+
+
+@pytest.mark.slow
+def test_runtime_3_12_against_3_13_from_pypi_shows_no_difference_each_with_its_own_runtime(
+        tmp_path: Path) -> None:
+    """Builds both venvs from the package index into the user cache (once; later runs reuse
+    them)."""
+    f = tmp_path / "stacks.toml"
+    f.write_text('[stacks."iree-3.12"]\nrequirements = ["iree-base-runtime==3.12.0", "numpy"]\n'
+                 '\n[stacks."iree-3.13"]\nrequirements = ["iree-base-runtime==3.13.0", "numpy"]\n')
+    out_dir = tmp_path / "out"
+    out = iree_stress("compare", "iree-3.12", "iree-3.13", "--stacks", str(f), *SMALL,
+                      "--trials", "3", "--seed", "5", "--cache-dir", str(default_cache_dir()),
+                      "--results", str(out_dir), "--json", timeout=1800)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["verdict"] == "no difference shown"
+    for name, version in (("iree-3.12", "3.12.0"), ("iree-3.13", "3.13.0")):
+        manifests = sorted((out_dir / name).glob("trial-*/stack.json"))
+        assert len(manifests) == 3
+        for m in manifests:
+            facts = json.loads(m.read_text())
+            assert facts["iree_runtime"].startswith(version)
+            assert f"iree-base-runtime=={version}" in facts["freeze"]
+            assert Path(facts["iree_runtime_path"]).is_relative_to(facts["venv"])
+            assert Path(facts["python"]).parent.parent == Path(facts["venv"])
