@@ -150,10 +150,19 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
         raise UsageError("a command after `--` runs only with --engine exec")
     if opts.engine == "exec":
         return run_exec_soak(opts, observer)
-    patterns = resolve_patterns(opts.patterns)
+    native = opts.engine == "native"
+    if opts.record and not native:
+        raise UsageError("--record records IREE's tools: it needs --engine native")
+    if native and opts.inject:
+        raise UsageError("--inject fires inside our workers; for native jobs use --env "
+                         "LD_PRELOAD=... (docs/native.md)")
+    patterns = resolve_native_patterns(opts.patterns) if native else \
+        resolve_patterns(opts.patterns)
     exported = load_export(opts.artifacts) if opts.artifacts else None
     programs = choose_exported(exported[1], opts.programs) if exported else \
         choose_programs(opts.programs, opts.program_files)
+    if native:
+        programs = native_programs(programs)
     if opts.duration_s is not None and opts.duration_s <= 0:
         raise UsageError("--duration must be positive")
     seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(3), "little")
@@ -196,8 +205,16 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
         max_worker_restarts=opts.max_worker_restarts, inject=opts.inject, python=opts.python,
         shard=opts.shard, job_seed=opts.job_seed, command=shlex.join(argv),
         progress=opts.progress, compiler_version=compiler_version,
-        tool_version=__version__)
-    session = Session(config, run_id, run_dir, RunStore(run_dir), phases,
+        tool_version=__version__, engine=opts.engine, record=opts.record)
+    runner = None
+    if native:
+        from stress.engine.native import ONE_PROCESS_SCALE, NativeRunner
+
+        config.job_scale = ONE_PROCESS_SCALE
+        config.workers = opts.workers or os.cpu_count() or 2
+        runner = NativeRunner(native_tools(python), {p.name: p for p in programs},
+                              artifact_paths, config.device_uri, run_dir, opts.record, opts.env)
+    session = Session(config, run_id, run_dir, RunStore(run_dir), phases, runner=runner,
                       startup_failures=found.failures, observer=observer)
     with session.signals():
         session.run()
@@ -266,3 +283,38 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[s
     with session.signals():
         session.run()
         return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})
+
+
+def resolve_native_patterns(names: list[str]) -> list[str]:
+    """native-run (the default), native-bench, or `all` for both."""
+    from stress.engine.native import NATIVE_PATTERNS, NATIVE_RUN
+
+    out: list[str] = []
+    for n in names or [NATIVE_RUN]:
+        for p in NATIVE_PATTERNS if n == "all" else (n,):
+            if p not in NATIVE_PATTERNS:
+                raise UsageError(f"unknown native pattern {p!r}; known: all, "
+                                 f"{', '.join(NATIVE_PATTERNS)}")
+            if p not in out:
+                out.append(p)
+    return out
+
+
+def native_programs(programs: list[Program]) -> list[Program]:
+    """The programs the tools can run with checked outputs (native.unsupported)."""
+    from stress.engine.native import unsupported
+
+    ok = [p for p in programs if unsupported(p) is None]
+    if not ok:
+        why = sorted({f"{p.name}: {unsupported(p)}" for p in programs})[:3]
+        raise UsageError(f"no chosen program runs under --engine native ({'; '.join(why)})")
+    return ok
+
+
+def native_tools(python: str) -> Any:
+    from stress.engine.native import ToolsMissing, find_tools
+
+    try:
+        return find_tools(python)
+    except ToolsMissing as exc:
+        raise UsageError(str(exc)) from None

@@ -72,6 +72,8 @@ def write_evidence(s: Session, folder: Path | None, h: WorkerHandle, job: Job | 
     if folder is not None:
         evidence.write_folder(folder, s.cfg, h.tail(h.stderr_path), h.tail(h.stdout_path),
                               job, attr.journal_text, extra)
+        if h.add_evidence is not None:
+            h.add_evidence(folder)
 
 
 def _python_exception(h: WorkerHandle) -> str:

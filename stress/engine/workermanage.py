@@ -90,6 +90,8 @@ class WorkerHandle:
     # facts its runner read off the process (an exec job's last output lines), added to the
     # evidence of any failure of it
     describe: Callable[[], dict[str, Any]] | None = None
+    add_evidence: Callable[[Path], None] | None = None  # its runner's own files (a native
+    #   job's HAL replay) into a failure folder of it, after the session's
     started_wall: float = field(default_factory=time.time)
     _buf: bytes = b""
     _journal: JournalReader | None = None

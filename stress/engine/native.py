@@ -1,0 +1,362 @@
+"""The Runner of `--engine native`: jobs run as IREE's own tools, the C runtime without Python.
+
+Lifecycle shapes are what the tools can do:
+
+* `native-run`: one `iree-run-module` process (device create, module load, one invocation,
+  output written with `--output=@F.npy`, teardown): process per job;
+* `native-bench`: one `iree-benchmark-module` process running `BENCH_INVOCATIONS`
+  invocations on one device: many invocations per process.
+
+`--parallel N` processes run at once and share the device (several processes on one GPU).
+Tools come from the active stack's iree-base-runtime (`find_tools`). Each program's inputs are
+written once (`.npy`, from a fixed seed) and its numpy reference computed once; every
+`native-run` output is checked against it in the parent. The output file is the tool's "done"
+marker: once it exists the process's exit is under `--teardown-timeout` (a teardown hang at
+worker-exit), before it the whole run is under `--timeout` (a hang at `invoke`). `--record`
+adds `--device_replay_output` (replay.py: which replays stay, what a failure folder gets).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stress.engine import replay
+from stress.engine.execrunner import exit_fd, spawn
+from stress.engine.invocation import FailureNote, JobResult
+from stress.engine.jobs import Job
+from stress.engine.journal import Step
+from stress.engine.watchdog import Stuck
+from stress.engine.workermanage import LaunchSpec, Proc, WorkerHandle, signal_group
+from stress.programs import dtypes
+from stress.programs.program import Program, Role, make_inputs
+
+NATIVE_RUN: str = "native-run"
+NATIVE_BENCH: str = "native-bench"
+NATIVE_PATTERNS: tuple[str, ...] = (NATIVE_RUN, NATIVE_BENCH)
+BENCH_INVOCATIONS: int = 100  # per iree-benchmark-module process: ~50 ms of a small program
+INPUT_SEED: int = 0  # inputs are written once per program (the native engine's fixed input)
+ONE_PROCESS_SCALE: float = 1 / 20  # jobs.invocations_for's default is 20 per job; a native
+#   job is one process (`-n` counts processes)
+_STATUS_LINE = re.compile(r"\b([A-Z_]{4,}); ")  # IREE status text: "...: INTERNAL; message"
+_TOOLS: dict[str, str] = {"run": "iree-run-module", "bench": "iree-benchmark-module",
+                          "dump": "iree-dump-replay", "replay": "iree-run-replay"}
+
+
+class ToolsMissing(Exception):
+    """The stack has no iree-run-module (the message says where it looked)."""
+
+
+@dataclass(frozen=True)
+class NativeTools:
+    folder: Path
+
+    def path(self, key: str) -> Path:
+        return self.folder / _TOOLS[key]
+
+    def has(self, key: str) -> bool:
+        return os.access(self.path(key), os.X_OK)
+
+
+def _is_elf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
+def find_tools(python: str) -> NativeTools:
+    """The tools of the stack whose interpreter is `python`: the binaries in its iree
+    package's `_runtime_libs` folder (a venv's `bin/iree-run-module` is a Python script that
+    starts them: ~40 ms of interpreter per job, and faults preloaded into the job would hit
+    Python first), else binaries beside the interpreter, else on PATH."""
+    env_root = Path(python).parent.parent
+    found = sorted(env_root.glob("lib/python3*/site-packages/iree/_runtime_libs"))
+    looked = [str(env_root / "lib/python3*/site-packages/iree/_runtime_libs")]
+    if not found:
+        run = subprocess.run([python, "-c", "import iree._runtime_libs as m, os; "
+                              "print(os.path.dirname(m.__file__))"], capture_output=True,
+                             text=True, timeout=60)
+        if run.returncode == 0 and run.stdout.strip():
+            found = [Path(run.stdout.strip())]
+    for folder in [*found, Path(python).parent]:
+        looked.append(str(folder))
+        if _is_elf(folder / _TOOLS["run"]):
+            return NativeTools(folder)
+    which = shutil.which(_TOOLS["run"])
+    if which and _is_elf(Path(which)):
+        return NativeTools(Path(which).parent)
+    raise ToolsMissing(f"no {_TOOLS['run']} binary in {', '.join(looked)} or on PATH "
+                       "(install iree-base-runtime in that interpreter's environment)")
+
+
+def unsupported(program: Program) -> str | None:
+    """Why the tools cannot run `program` with checked outputs, or None. bf16 has no numpy
+    dtype (.npy would say uint16); output arguments (torch style) are not results."""
+    if any(a.dtype == "bf16" for a in (*program.args, *program.results)):
+        return "bf16 (no .npy dtype)"
+    if any(a.role is Role.OUTPUT for a in program.args):
+        return "output arguments"
+    if len(program.results) != 1:
+        return "not exactly one result"
+    return None
+
+
+# ---- pure argv builders -----------------------------------------------------------------
+def run_argv(tools: NativeTools, vmfb: Path, device: str, entry: str, inputs: list[Path],
+             output: Path, replay_path: Path | None = None) -> list[str]:
+    argv = [str(tools.path("run")), f"--module={vmfb}", f"--device={device}",
+            f"--function={entry}", *[f"--input=@{p}" for p in inputs], f"--output=@{output}"]
+    return argv + ([f"--device_replay_output={replay_path}"] if replay_path else [])
+
+
+def bench_argv(tools: NativeTools, vmfb: Path, device: str, entry: str, inputs: list[Path],
+               invocations: int, replay_path: Path | None = None) -> list[str]:
+    argv = [str(tools.path("bench")), f"--module={vmfb}", f"--device={device}",
+            f"--function={entry}", *[f"--input=@{p}" for p in inputs],
+            f"--benchmark_min_time={invocations}x"]
+    return argv + ([f"--device_replay_output={replay_path}"] if replay_path else [])
+
+
+def replay_argv(tools: NativeTools, replay_path: Path, device: str) -> list[str]:
+    return [str(tools.path("replay")), f"--device={device}", str(replay_path)]
+
+
+def status_message(stderr: str) -> str:
+    """The IREE status line of a tool that failed (its last line naming a status code), else
+    its last non-empty line."""
+    lines = [x.strip() for x in stderr.splitlines() if x.strip()]
+    hits = [x for x in lines if _STATUS_LINE.search(x)]
+    return (hits or lines or ["(no output)"])[-1][:2000]
+
+
+# ---- inputs and expected outputs, once per program ----------------------------------------
+@dataclass
+class ProgramData:
+    inputs: list[Path]
+    expected: np.ndarray[Any, Any] | None
+    dtype: str
+    golden: bytes | None = None  # without a reference: the first output seen
+
+
+def prepare(program: Program, folder: Path, seed: int = INPUT_SEED) -> ProgramData:
+    from stress.programs import reference
+
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = make_inputs(program, seed)
+    paths = []
+    for i, a in enumerate(arrays):
+        p = folder / f"in{i}.npy"
+        np.save(p, a)
+        paths.append(p)
+    expected = reference.evaluate(program.op, program.dtype, arrays) \
+        if program.has_reference else None
+    return ProgramData(paths, expected, program.results[0].dtype)
+
+
+def check(data: ProgramData, out: np.ndarray[Any, Any]) -> str | None:
+    """None when `out` matches the reference (else the first output seen); else why not."""
+    from stress.programs import reference
+
+    if data.expected is not None:
+        if out.dtype != np.dtype(dtypes.get(data.dtype).storage):
+            return f"output dtype {out.dtype}, expected {dtypes.get(data.dtype).storage}"
+        if not reference.matches(data.dtype, out, data.expected):
+            return ("output 0 differs from the numpy reference (max abs error "
+                    f"{reference.max_error(data.dtype, out, data.expected):.3g})")
+        return None
+    if data.golden is None:
+        data.golden = out.tobytes()
+        return None
+    return None if out.tobytes() == data.golden else \
+        "output 0 differs from the first result of this program"
+
+
+# ---- one process --------------------------------------------------------------------------
+@dataclass
+class NativeJudge:
+    """Deadlines and end of one tool process (the handle's watch / finish / describe)."""
+
+    handle: WorkerHandle | None
+    job: Job
+    data: ProgramData
+    started_ns: int
+    started_wall: float
+    timeout_s: float
+    teardown_timeout_s: float
+    output: Path | None  # native-run: the done marker and the result
+    tools: NativeTools
+    keeper: replay.ReplayKeeper | None
+    replay_path: Path | None
+    done_ns: int | None = None
+    settled: bool = False
+    facts_cache: dict[str, Any] = field(default_factory=dict)
+
+    def watch(self, now_ns: int) -> Stuck | None:
+        if self.done_ns is None and self.output is not None and self.output.exists():
+            self.done_ns = now_ns
+        if self.done_ns is not None:
+            age = (now_ns - self.done_ns) / 1e9
+            if age > self.teardown_timeout_s:
+                return Stuck(None, Step.WORKER_EXIT, Step.WORKER_EXIT.label, True, age)
+            return None
+        age = (now_ns - self.started_ns) / 1e9
+        if age > self.timeout_s:
+            return Stuck(None, Step.INVOKE, Step.INVOKE.label, False, age)
+        return None
+
+    def finish(self, rc: int) -> list[tuple[str, dict[str, Any]]]:
+        """job_done (+ bye) for a tool that got its work done (or failed it with an IREE
+        status: an error, its clean way to end); nothing for one that died while working."""
+        h = self.handle
+        pid = h.pid if h else 0
+        signal_group(pid, signal.SIGKILL)
+        res = JobResult()
+        done = self.output is None and rc == 0 or \
+            self.output is not None and self.output.exists()
+        if done and self.output is not None:
+            res.invocations = 1
+            why = self._check()
+            if why is None:
+                res.ok = 1
+            else:
+                self._note(res, "miscompare", Step.CHECK.label, why)
+        elif done:
+            res.invocations = res.ok = BENCH_INVOCATIONS
+        elif rc > 0 and h is not None:  # an IREE status error: the tool reported it
+            res.invocations = 1
+            self._note(res, "error", Step.INVOKE.label, status_message(h.tail(h.stderr_path)))
+            h.expected_rc = rc
+        else:
+            self._settle(True)
+            return []
+        res.add_latency((time.monotonic_ns() - self.started_ns) / 1e9)
+        failed = bool(res.errors or res.miscompare) or (h is not None and rc != h.expected_rc)
+        self._settle(failed)
+        if rc == 0 and not failed and h is not None:
+            for p in (h.stdout_path, h.stderr_path):
+                p.unlink(missing_ok=True)
+            if h.cwd is not None:
+                try:
+                    h.cwd.rmdir()  # its empty core folder
+                except OSError:
+                    pass
+        return [("job_done", {"job": self.job.as_dict(), "started": self.started_wall,
+                              "ended": time.time(), "result": res.as_dict(), "pid": pid}),
+                ("bye", {"pid": pid, "rc": rc})]
+
+    def _check(self) -> str | None:
+        assert self.output is not None
+        try:
+            out = np.load(self.output)
+        except (OSError, ValueError) as exc:
+            return f"output file unreadable: {exc}"
+        finally:
+            self.output.unlink(missing_ok=True)
+        return check(self.data, out)
+
+    def _note(self, res: JobResult, cls: str, step: str, message: str) -> None:
+        note = FailureNote(cls, step, message, invocation=0, device=0)
+        if cls == "error":
+            res.errors += 1
+        else:
+            res.miscompare += 1
+        res.failures.append(note)
+        res.counts[note.key()] = res.counts.get(note.key(), 0) + 1
+
+    def _settle(self, failed: bool) -> None:
+        if self.keeper is not None and self.replay_path is not None and not self.settled:
+            self.settled = True
+            self.keeper.settle(self.replay_path, self.job.program, failed)
+
+    def describe(self) -> dict[str, Any]:
+        return {"native_tool": self.tools.folder.name, "output_written": self.done_ns is not None
+                or bool(self.output and self.output.exists()), **self.facts_cache}
+
+    def add_evidence(self, folder: Path) -> None:
+        """The replay and its JSONL tail into the failure folder (--record)."""
+        if self.replay_path is None:
+            return
+        self._settle(True)
+        tool = self.tools.path("dump") if self.tools.has("dump") else None
+        facts = replay.write_evidence(tool, self.replay_path, folder)
+        (folder / "replay.json").write_text(json.dumps(facts, indent=1))
+
+
+
+# ---- the runner ---------------------------------------------------------------------------
+class NativeRunner:
+    """Launches each native job as an IREE tool process (module doc)."""
+
+    name = "native"
+
+    def __init__(self, tools: NativeTools, programs: dict[str, Program],
+                 artifacts: dict[str, Path], device: str, run_dir: Path, record: bool = False,
+                 env: dict[str, str] | None = None):
+        self.tools, self.programs, self.artifacts = tools, programs, artifacts
+        self.device = device
+        self.folder = run_dir.resolve() / "native"
+        self.data: dict[str, ProgramData] = {}
+        self.keeper = replay.ReplayKeeper(self.folder / "replays") if record else None
+        self.env = {**os.environ, **(env or {})}
+        self.parent = os.getpid()
+        self.spare: list[tuple[Proc, int]] = []
+
+    def program_data(self, name: str) -> ProgramData:
+        if name not in self.data:
+            self.data[name] = prepare(self.programs[name], self.folder / "inputs" / name)
+        return self.data[name]
+
+    def launch(self, spec: LaunchSpec) -> WorkerHandle:
+        journal, out_path, err_path, cwd = spec.paths()
+        job = spec.job
+        if job is None:
+            raise ValueError("a native job runs as its own process: LaunchSpec.job is needed")
+        prog = self.programs[job.program]
+        data = self.program_data(job.program)
+        replay_path = self.keeper.path(f"{spec.name}-j{job.index}") if self.keeper else None
+        output: Path | None = None
+        if job.pattern == NATIVE_BENCH:
+            argv = bench_argv(self.tools, self.artifacts[job.program], self.device, prog.entry,
+                              data.inputs, BENCH_INVOCATIONS, replay_path)
+        else:
+            output = cwd / "out.npy"
+            output.unlink(missing_ok=True)
+            argv = run_argv(self.tools, self.artifacts[job.program], self.device, prog.entry,
+                            data.inputs, output, replay_path)
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = spawn(argv, stdout=out, stderr=err, env=self.env, cwd=cwd,
+                         parent_pid=self.parent)
+        fd, spare = exit_fd(proc)
+        if spare is not None:
+            self.spare.append((proc, spare))
+        h = WorkerHandle(spec.worker_id, spec.generation, proc, fd, journal, out_path,
+                         err_path, ephemeral=True)
+        judge = NativeJudge(h, job, data, time.monotonic_ns(), time.time(), spec.timeout_s,
+                            spec.teardown_timeout_s, output, self.tools, self.keeper,
+                            replay_path)
+        h.watch, h.finish, h.describe = judge.watch, judge.finish, judge.describe
+        h.add_evidence = judge.add_evidence
+        h.cwd, h.exe, h.default_step = cwd, argv[0], Step.INVOKE.label
+        return h
+
+    def close(self) -> None:
+        for _, fd in self.spare:
+            os.close(fd)
+        self.spare.clear()
+
+    def summary(self) -> dict[str, Any]:
+        return {"tools": str(self.tools.folder), "python": sys.executable,
+                "replays": self.keeper.summary() if self.keeper else None}
