@@ -354,10 +354,11 @@ def device_ordinals(uris: Sequence[str]) -> list[int] | None:
 
 
 def in_use(gpus: list[dict[str, Any]], ordinals: list[int] | None) -> list[dict[str, Any]]:
-    """The visible GPUs a run uses (`ordinals` from device_ordinals; None: all visible)."""
+    """The visible GPUs a run uses (`ordinals` from device_ordinals; None: all visible). GPUs
+    whose runtime number is unknown (`logical` None: named by UUID) are all kept."""
     if ordinals is None:
         return gpus
-    return [g for g in gpus if g.get("logical") in ordinals]
+    return [g for g in gpus if g.get("logical") is None or g.get("logical") in ordinals]
 
 
 def gpu_uris(driver: str, spec: str, count: int) -> list[str]:

@@ -161,6 +161,8 @@ def test_device_uris_name_the_gpus_in_use_and_gpus_all_expands() -> None:
     assert telemetry.device_ordinals(["cuda://GPU-00000000-1111"]) is None
     gpus = [{"index": 5, "logical": 0}, {"index": 6, "logical": 1}]
     assert telemetry.in_use(gpus, [1]) == [{"index": 6, "logical": 1}]
+    assert telemetry.in_use([{"index": 0, "logical": None}], [1]) == [{"index": 0,
+                                                                         "logical": None}]
     assert telemetry.gpu_uris("hip", "all", 3) == ["hip://0", "hip://1", "hip://2"]
     assert telemetry.gpu_uris("cuda", "0,2", 3) == ["cuda://0", "cuda://2"]
     with pytest.raises(ValueError, match="only 1 GPU"):
