@@ -55,6 +55,7 @@ class SoakOptions:
     command: list[str] = field(default_factory=list)  # exec: argv after `--`
     done_regex: str | None = None  # exec: the command's "work finished" line
     record: bool = False  # native: record HAL replays
+    cwd: Path | None = None  # exec: where the command runs (default: here)
 
 
 def resolve_patterns(names: list[str]) -> list[str]:
@@ -251,7 +252,12 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[s
         raise UsageError("--inject fires inside our workers; an exec command has none")
     if opts.duration_s is not None and opts.duration_s <= 0:
         raise UsageError("--duration must be positive")
-    command = ExecCommand(list(opts.command), Path.cwd(), opts.done_regex, dict(opts.env))
+    env = dict(opts.env)
+    if opts.python:  # a stack's venv (compare, bisect): its python and tools come first
+        bin_dir = str(Path(opts.python).parent)
+        env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.environ.get("PATH", ""))])
+        env.setdefault("VIRTUAL_ENV", str(Path(opts.python).parent.parent))
+    command = ExecCommand(list(opts.command), opts.cwd or Path.cwd(), opts.done_regex, env)
     try:
         command.validate()
     except ValueError as exc:
@@ -318,3 +324,147 @@ def native_tools(python: str) -> Any:
         return find_tools(python)
     except ToolsMissing as exc:
         raise UsageError(str(exc)) from None
+
+
+# ---- repro: rerun one failure's job ---------------------------------------------------------
+@dataclass
+class ReproResult:
+    """How often a failure's job failed again when rerun alone."""
+
+    folder: Path
+    cls: str
+    runs: int
+    failed: int
+    low: float
+    high: float
+    run_dir: Path
+    original: dict[str, Any] | None = None  # the original signature's rate, when known
+    replays: list[int] = field(default_factory=list)  # iree-run-replay exit codes
+
+    def describe(self) -> str:
+        rate = self.failed / self.runs if self.runs else 0.0
+        lines = [f"{self.folder.name}: {self.cls} again in {self.failed}/{self.runs} runs "
+                 f"({rate:.0%}, 95% interval {self.low:.0%}-{self.high:.0%}) -> {self.run_dir}"]
+        if self.original and self.original.get("ci_low") is not None:
+            lo, hi = self.original["ci_low"], self.original["ci_high"]
+            inside = "within" if lo <= rate <= hi else "outside"
+            lines.append(f"  original run: {self.original['rate_per_exposure']:.0%} "
+                         f"[{lo:.0%}-{hi:.0%}] of its {self.original.get('exposure', 'job')}s:"
+                         f" the rerun's rate is {inside} that interval")
+        if self.replays:
+            ok = sum(rc == 0 for rc in self.replays)
+            lines.append(f"  iree-run-replay: {ok}/{len(self.replays)} replays exited 0")
+        return "\n".join(lines)
+
+
+def original_signature(run_dir: Path, folder: Path) -> dict[str, Any] | None:
+    """The signature (as_dict) of the run that holds the failure of `folder`, with its rate."""
+    from stress.analysis import rundata, signatures
+
+    try:
+        sigs = signatures.build(rundata.load([run_dir]))
+    except Exception:  # an unreadable store: the rerun's own numbers still stand
+        return None
+    want = str(folder.resolve())
+    for sig in sigs:
+        if any(r.get("artifacts") and str(Path(r["artifacts"]).resolve()) == want
+               for r in sig.rows):
+            return sig.as_dict()
+    return None
+
+
+def _run_record(run_dir: Path) -> dict[str, Any]:
+    import json
+    import sqlite3
+
+    summary = run_dir / "summary.json"
+    if summary.exists():
+        data: dict[str, Any] = json.loads(summary.read_text())
+        return {"config": data["manifest"]["config"], "signatures": data.get("signatures", [])}
+    db = sqlite3.connect(f"file:{run_dir / 'stress.db'}?mode=ro", uri=True)
+    try:
+        row = db.execute("SELECT config FROM runs LIMIT 1").fetchone()
+    finally:
+        db.close()
+    if row is None:
+        raise UsageError(f"{run_dir} holds no run")
+    return {"config": json.loads(row[0]), "signatures": []}
+
+
+def repro(folder: Path, times: int, replay_device: str | None = None, *,
+          with_replay: bool = False, progress: bool = False) -> ReproResult:
+    """Reruns the job of failure folder `folder` (RUN_DIR/failures/NNNN-...) `times` times,
+    alone, with the run's engine, program, pattern, input seed, command, environment,
+    interpreter and deadlines; counts the runs that failed in the same class again.
+    `with_replay`: also runs the folder's HAL replay with iree-run-replay that many times."""
+    import json
+    import sqlite3
+
+    from stress.analysis.stats import wilson
+
+    try:
+        meta = json.loads((folder / "failure.json").read_text())
+        job = json.loads((folder / "job.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{folder} is not a failure folder: {exc}") from None
+    if not job:
+        raise UsageError(f"{folder}: the failure was pinned on no job; nothing to rerun")
+    run_dir = folder.parent.parent
+    record = _run_record(run_dir)
+    cfg = record["config"]
+    engine = cfg.get("engine", "python")
+    out = folder / f"repro-{time.strftime('%Y%m%d-%H%M%S')}"
+    opts = SoakOptions(
+        target=None if engine == "exec" else str(cfg.get("target") or "cpu"),
+        device=cfg.get("device_uri") or None, workers=1, threads=int(cfg.get("threads", 2)),
+        patterns=[job["pattern"]] if engine != "exec" else [], programs=[job["program"]]
+        if engine != "exec" else [], program_files=[], duration_s=None,
+        invocations=times if engine != "python" else times * int(job["invocations"]),
+        seed=int(cfg.get("seed", 0)), env=dict(cfg.get("env") or {}), max_failures=None,
+        results=out, timeout_s=float(cfg["timeout_s"]),
+        teardown_timeout_s=float(cfg["teardown_timeout_s"]),
+        max_worker_restarts=max(times, 50), inject=list(cfg.get("inject") or []),
+        python=cfg.get("python"), shard=(0, 1), job_seed=int(job["seed"]),
+        cache_dir=Path(os.environ.get("IREE_STRESS_CACHE",
+                                      Path.home() / ".cache" / "iree-stress")),
+        compile_jobs=2, progress=progress, engine=engine,
+        command=list(cfg.get("exec_argv") or []), done_regex=cfg.get("done_regex"),
+        record=bool(cfg.get("record")),
+        cwd=Path(cfg["exec_cwd"]) if cfg.get("exec_cwd") else None)
+    run_soak(opts)
+    db = sqlite3.connect(out / "stress.db")
+    try:
+        jobs = {r[0] for r in db.execute("SELECT job_index FROM jobs")}
+        failing = {r[0] for r in db.execute("SELECT job_index FROM failures WHERE class = ?",
+                                            (meta["class"],))}
+        jobs |= {r[0] for r in db.execute("SELECT job_index FROM failures")}
+    finally:
+        db.close()
+    jobs.discard(None)
+    failing.discard(None)
+    low, high = wilson(len(failing), len(jobs))
+    original = original_signature(run_dir, folder)
+    result = ReproResult(folder, meta["class"], len(jobs), len(failing), low, high, out,
+                         original)
+    if with_replay:
+        result.replays = run_replays(folder, replay_device or cfg.get("device_uri") or
+                                     "local-task", times, cfg.get("python"))
+    return result
+
+
+def run_replays(folder: Path, device: str, times: int, python: str | None) -> list[int]:
+    """iree-run-replay of the folder's recorded HAL stream (or of the replay file `folder`)
+    on `device`, `times` times."""
+    from stress.engine import procstate
+    from stress.engine.native import replay_argv
+
+    replays = [folder] if folder.is_file() else sorted(folder.glob("*.ireereplay"))
+    if not replays:
+        raise UsageError(f"{folder} holds no HAL replay (record with soak --engine native "
+                         "--record)")
+    tools = native_tools(python or sys.executable)
+    codes = []
+    for _ in range(times):
+        run = procstate.run_bounded(replay_argv(tools, replays[0], device), 120.0)
+        codes.append(run.rc if run.rc is not None else -9)
+    return codes
