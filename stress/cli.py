@@ -304,6 +304,7 @@ def merge(run_dirs: tuple[Path, ...], output: Path) -> None:
               show_envvar=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The stacks file (TOML; docs/stacks.md).")
 @run_options
+@engine_options
 @click.option("--duration", "-d", type=Duration(), help="Length of each trial's soak  "
                                                        "[default: 20s, or --invocations]")
 @click.option("--trials", type=click.IntRange(1), default=20, show_default=True,
@@ -317,7 +318,7 @@ def compare(**kw: Any) -> None:
     workers could not start). --results is the folder of all trials. See docs/stacks.md."""
     from stress.verdicts import compare as compare_mod
 
-    opts = soak_options_from(kw, kw["duration"], False, sys.argv[2:])
+    opts = apply_engine(soak_options_from(kw, kw["duration"], False, sys.argv[2:]), kw)
     log = (lambda _line: None) if kw["quiet"] or kw["as_json"] else \
         (lambda line: click.echo(line, err=True))
     result = compare_mod.run_compare(opts, kw["stacks_file"], kw["a"], kw["b"], kw["trials"],
@@ -358,6 +359,36 @@ def bisect(**kw: Any) -> None:
                                    kw["max_trials"])
     click.echo(json.dumps(result.as_dict()) if kw["as_json"] else bisect_mod.render(result))
     sys.exit(result.outcome.exit_code)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("folder", type=click.Path(exists=True, path_type=Path))
+@click.option("--times", "-n", type=click.IntRange(1), default=20, show_default=True,
+              help="Reruns of the job.")
+@click.option("--replay", "with_replay", is_flag=True,
+              help="Native failures: also run the folder's recorded HAL stream with "
+                   "iree-run-replay, --times times.")
+@click.option("--device", help="Device of --replay  [default: the run's device]")
+@click.option("--quiet", "-q", is_flag=True, help="No live progress.")
+def repro(folder: Path, times: int, with_replay: bool, device: str | None,
+          quiet: bool) -> None:
+    """Rerun exactly the job of one failure (FOLDER: RUN_DIR/failures/NNNN-...): same engine,
+    program, pattern, input seed, command, environment and interpreter, one at a time, and
+    say how often it fails the same way, with a 95% interval, beside the original run's rate.
+    Exit 1 when it failed again, 0 when not. With --replay, FOLDER may also be a recorded
+    healthy job's replay (RUN_DIR/native/replays/*.ireereplay): only that is replayed."""
+    from stress.soak import repro as repro_run
+    from stress.soak import run_replays
+
+    if with_replay and folder.suffix == ".ireereplay":
+        codes = run_replays(folder, device or "local-task", times, None)
+        click.echo(f"{folder.name}: iree-run-replay exited 0 in "
+                   f"{sum(c == 0 for c in codes)}/{len(codes)} runs")
+        sys.exit(EXIT_OK if all(c == 0 for c in codes) else EXIT_FAILURES)
+    result = repro_run(folder, times, device, with_replay=with_replay, progress=not quiet)
+    click.echo(result.describe())
+    bad_replay = any(rc != 0 for rc in result.replays)
+    sys.exit(EXIT_FAILURES if result.failed or bad_replay else EXIT_OK)
 
 
 def main() -> None:
