@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from stress.analysis.stats import (
     Decision,
     PairedSprt,
+    Rate,
     compare_rates,
     fmt_rate,
     independent_rate,
@@ -44,6 +45,7 @@ ALPHA: float = 0.05  # false "B worse" (and false "A worse"), Wald's bound under
 BETA: float = 0.1  # a real difference of THETA1 missed
 MAX_PAIRS: int = 20  # the fixed design it replaces: 20 + 20 trials
 TRIALS_DIR: str = "trials"
+_ROUNDING: float = 1e-9  # wilson() at k = 0 returns float noise (6e-17) for a lower bound of 0
 
 
 class Verdict(enum.Enum):
@@ -229,7 +231,7 @@ def _finish(result: CompareResult, b_worse: PairedSprt, a_worse: PairedSprt,
             else:
                 result.verdict = Verdict.NO_DIFFERENCE
         if result.decided_by != "harness":
-            result.reason = (f"A {ra.describe()}; B {rb.describe()}; difference "
+            result.reason = (f"A {_rate(ra)}; B {_rate(rb)}; difference "
                              f"{cmp.difference:+.2f} [{cmp.low:+.2f}, {cmp.high:+.2f}], "
                              f"Fisher p(B worse) = {cmp.p_b_worse:.3g}")
     sigs_a = {s for t in ta for s in t.signatures}
@@ -238,6 +240,12 @@ def _finish(result: CompareResult, b_worse: PairedSprt, a_worse: PairedSprt,
     result.new_in_b = sorted(s for s in sigs_b if s[0] not in ids_a)
     result.gone_in_b = sorted(s for s in sigs_a if s[0] not in ids_b)
     return result
+
+
+def _rate(r: Rate) -> str:
+    """Trials are independent units: no process count (Rate.describe speaks of processes)."""
+    return (f"{r.failures}/{r.units} trials failed = {fmt_rate(r.rate)} "
+            f"[{fmt_rate(r.low if r.low > _ROUNDING else 0.0)}, {fmt_rate(r.high)}]")
 
 
 def render(r: CompareResult) -> str:
