@@ -3,14 +3,19 @@ harness failures inconclusive, trials cached on disk."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from stress.cli import cli
+from stress.soak import SoakOptions
 from stress.verdicts.compare import (
     Cached,
+    SoakTrials,
     Trial,
     TrialCache,
     Verdict,
@@ -119,3 +124,72 @@ def test_compare_names_an_unknown_stack(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["compare", "a", "c", "--stacks", str(f)],
                              standalone_mode=False)
     assert "no stack named 'c'" in str(res.exception)
+
+
+class FakeSoak:
+    """Stands in for run_soak: returns a summary as a soak under the stack would."""
+
+    def __init__(self, summary: dict[str, Any]):
+        self.summary = summary
+        self.opts: list[Any] = []
+
+    def __call__(self, opts: Any) -> dict[str, Any]:
+        self.opts.append(opts)
+        opts.results.mkdir(parents=True, exist_ok=True)
+        return self.summary
+
+
+def soak_trials(tmp_path: Path, summary: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                venv: str = "") -> tuple[SoakTrials, FakeSoak]:
+    import stress.soak
+    from stress.verdicts.stacks import Built, Stack
+
+    fake = FakeSoak(summary)
+    monkeypatch.setattr(stress.soak, "run_soak", fake)
+    st = Stack("b", requirements=("iree-base-runtime==3.12.0",), env=(("K", "v"),))
+    built = Built(st, f"{venv}/bin/python", {"K": "v"}, ["iree-base-runtime==3.12.0"], venv)
+    base = SoakOptions(
+        target="cpu", device=None, workers=1, threads=1, patterns=[], programs=[],
+        program_files=[], duration_s=None, invocations=4, seed=None, env={"A": "1"},
+        max_failures=None, results=None, timeout_s=30.0, teardown_timeout_s=15.0,
+        max_worker_restarts=1, inject=[], python=None, shard=(0, 1), job_seed=None,
+        cache_dir=tmp_path / "cache", compile_jobs=1, progress=True)
+    return SoakTrials(base, {"b": built}, tmp_path), fake
+
+
+def summary_of(runtime: str, path: str, **kw: Any) -> dict[str, Any]:
+    return {"failed": False, "jobs": 4, "failures": {"crash": 0}, "signatures": [],
+            "harness_errors": 0, "manifest": {"iree_runtime": runtime,
+                                              "iree_runtime_path": path}, **kw}
+
+
+def test_a_trial_runs_the_soak_under_the_stacks_interpreter_env_and_seed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    venv = tmp_path / "venv"
+    summary = summary_of("3.12.0rc1", str(venv / "lib" / "iree" / "runtime"))
+    trials, fake = soak_trials(tmp_path, summary, monkeypatch, str(venv))
+    t = trials.run("b", 3, 42)
+    assert t.harness == "" and not t.failed and t.runtime == "3.12.0rc1"
+    opts = fake.opts[0]
+    assert opts.python == f"{venv}/bin/python" and opts.seed == 42
+    assert opts.env == {"A": "1", "K": "v"}
+    manifest = json.loads((tmp_path / "b" / "trial-0003" / "stack.json").read_text())
+    assert manifest["freeze"] == ["iree-base-runtime==3.12.0"]
+    assert manifest["iree_runtime"] == "3.12.0rc1"
+
+
+def test_a_trial_whose_workers_ran_another_runtime_is_not_a_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    venv = tmp_path / "venv"
+    summary = summary_of("3.13.0", "/usr/lib/python3/iree/runtime", failed=True)
+    trials, _ = soak_trials(tmp_path, summary, monkeypatch, str(venv))
+    t = trials.run("b", 0, 1)
+    assert "3.13.0" in t.harness and "not from the stack's venv" in t.harness
+
+
+def test_a_trial_with_harness_errors_is_not_a_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    venv = tmp_path / "venv"
+    summary = summary_of("", "", harness_errors=2, jobs=0)
+    trials, _ = soak_trials(tmp_path, summary, monkeypatch, str(venv))
+    assert "2 worker(s) could not start" in trials.run("b", 0, 1).harness
