@@ -43,7 +43,7 @@ import sys
 import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,10 @@ class Stack:
             if m and _canon(m["name"]) in ("iree-base-runtime", "iree-runtime") and m["op"] == "==":
                 return m["version"] or ""
         return ""
+
+    @property
+    def rocm_side(self) -> bool:
+        return bool(self.rocm_requirements or self.rocm)
 
     def key(self) -> str:
         """What the venv is built from: same key, same venv (the freeze then says what it
@@ -256,6 +260,18 @@ def _local(value: str, base: Path) -> str:
         return value
     p = Path(value).expanduser()
     return str(p if p.is_absolute() else base / p)
+
+
+def cross(iree: Stack, rocm: Stack) -> Stack:
+    """`iree`'s IREE side (requirements, indexes, compiler, base python) with `rocm`'s ROCm
+    side (wheels and their index, or tarball); env from both, the ROCm side's winning (HSA_*
+    and AMD_* settings belong to it). Named IREE+rocm-of-ROCM."""
+    env = {**dict(iree.env), **dict(rocm.env)}
+    return replace(iree, name=f"{iree.name}+rocm-of-{rocm.name}",
+                   rocm_requirements=rocm.rocm_requirements,
+                   rocm_index_url=rocm.rocm_index_url, rocm=rocm.rocm,
+                   find_links=tuple(dict.fromkeys(iree.find_links + rocm.find_links)),
+                   env=tuple(sorted(env.items())))
 
 
 def pick(stacks: Mapping[str, Stack], names: Sequence[str]) -> list[Stack]:
