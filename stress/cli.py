@@ -309,6 +309,9 @@ def merge(run_dirs: tuple[Path, ...], output: Path) -> None:
                                                        "[default: 20s, or --invocations]")
 @click.option("--trials", type=click.IntRange(1), default=20, show_default=True,
               help="Most pairs of trials (A then B, same seed) before the fixed-size test.")
+@click.option("--grid", is_flag=True,
+              help="Also cross the sides: A against A's IREE with B's ROCm, and against B's "
+                   "IREE with A's ROCm (which side carries the difference).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No live state.")
 def compare(**kw: Any) -> None:
@@ -321,6 +324,12 @@ def compare(**kw: Any) -> None:
     opts = apply_engine(soak_options_from(kw, kw["duration"], False, sys.argv[2:]), kw)
     log = (lambda _line: None) if kw["quiet"] or kw["as_json"] else \
         (lambda line: click.echo(line, err=True))
+    if kw["grid"]:
+        cells = compare_mod.run_grid(opts, kw["stacks_file"], kw["a"], kw["b"], kw["trials"],
+                                     kw["results"], log)
+        click.echo(json.dumps([c.as_dict() for c in cells]) if kw["as_json"] else
+                   compare_mod.render_grid(cells))
+        sys.exit(compare_mod.grid_exit_code(cells))
     result = compare_mod.run_compare(opts, kw["stacks_file"], kw["a"], kw["b"], kw["trials"],
                                      kw["results"], log)
     click.echo(json.dumps(result.as_dict()) if kw["as_json"] else compare_mod.render(result))

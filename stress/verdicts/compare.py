@@ -356,8 +356,13 @@ _PLAN_FIELDS: tuple[str, ...] = (
     "inject", "shard", "job_seed", "artifacts")
 
 
+_ENGINE_FIELDS: tuple[str, ...] = ("engine", "command", "done_regex", "record")  # when set
+
+
 def base_plan_key(base: Any, seed: int) -> str:
-    return plan_key({**{f: getattr(base, f) for f in _PLAN_FIELDS}, "seed": seed})
+    return plan_key({**{f: getattr(base, f) for f in _PLAN_FIELDS},
+                     **{f: getattr(base, f) for f in _ENGINE_FIELDS if hasattr(base, f)},
+                     "seed": seed})
 
 
 def prepare(stacks_file: Path, names: Sequence[str], base: Any,
