@@ -120,10 +120,13 @@ def resolve_target(opts: SoakOptions, python: str, env: dict[str, str]) -> tuple
     if not info.get("ok"):
         hint = LIBRARY_HINT.get(driver, "")
         error = " ".join(str(info.get("error", "unknown")).split())[:400]  # one line
+        others = [d for d in ("hip", "cuda", "vulkan", "local-task", "local-sync")
+                  if d not in found.drivers]
+        found.drivers.update(probe(python, others, env, opts.teardown_timeout_s).drivers)
         usable = [d for d, i in found.drivers.items() if i.get("ok")]
         raise UsageError(f"driver {driver!r} cannot load here: {error}"
-                         f"{'; it needs ' + hint if hint else ''}"
-                         f"{'; usable: ' + ', '.join(usable) if usable else ''}")
+                         f"{'; it needs ' + hint if hint else ''}; usable drivers: "
+                         f"{', '.join(usable) or 'none'}")
     return target, driver, found
 
 

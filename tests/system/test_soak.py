@@ -54,9 +54,10 @@ def test_the_same_seed_runs_the_same_jobs(tmp_path: Path,
 
 
 def test_a_fusilli_style_torch_program_soaks_with_generated_inputs(tmp_path: Path) -> None:
+    examples = REPO / "stress" / "programs" / "mlir" / "examples"
     res = run_cli("soak", "--target", "cpu", "--program",
-                  str(REPO / "stress/programs/mlir/examples/fusilli_bias_relu.torch.mlir"), "--program",
-                  str(REPO / "stress/programs/mlir/examples/scale_shift.mlir"), "--invocations", "300",
+                  str(examples / "fusilli_bias_relu.torch.mlir"), "--program",
+                  str(examples / "scale_shift.mlir"), "--invocations", "300",
                   "--workers", "1", "--json", "-q", "--results", str(tmp_path / "r"))
     assert res.rc == 0, res.stderr[-2000:]
     s = res.json()
@@ -69,7 +70,7 @@ def test_a_fusilli_style_torch_program_soaks_with_generated_inputs(tmp_path: Pat
 @pytest.mark.parametrize("args,message", [
     (["--target", "tpu"], "unknown target 'tpu'; known targets"),
     (["--programs", "nothing.*"], "no corpus program matches 'nothing.*'"),
-    (["--patterns", "sometimes"], "unknown pattern(s) sometimes; known: shared"),
+    (["--patterns", "sometimes"], "unknown pattern(s) sometimes; known: all, exit, shared"),
     (["--duration", "0s"], "must be positive"),
     (["--duration", "-3s"], "not a duration"),
     (["--program", "/missing.mlir"], "program file not found: /missing.mlir"),
@@ -91,7 +92,7 @@ def test_an_unusable_gpu_driver_names_the_library_and_the_usable_drivers() -> No
     res = run_cli("soak", "--target", "rocm", "--duration", "5s", env=env)
     assert res.rc == 2
     line = res.stderr.strip().splitlines()[-1]
-    assert "driver 'hip' is not usable here" in line
+    assert "driver 'hip' cannot load here" in line
     assert "libamdhip64" in line and "IREE_HIP_DYLIB_PATH" in line
     assert "usable drivers: " in line and "local-task" in line
     assert "Traceback" not in res.stderr
