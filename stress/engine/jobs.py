@@ -16,6 +16,9 @@ from stress.programs.program import Program
 BASE_INVOCATIONS: dict[str, int] = {
     "shared": 100, "per-thread": 100, "per-call": 8, "churn": 24, "instance-churn": 12,
     "cross-thread": 24, "process-per-job": 20,
+    # the exit family exists for its process exit: a few checked invocations, then the exit
+    "exit-clean": 4, "exit-alive": 4, "exit-inflight": 4, "exit-thread": 4, "exit-sigterm": 4,
+    "exit-os-exit": 4,
 }
 _ELEMENTS_FOR_FULL_JOB: int = 1 << 16  # larger programs get proportionally fewer invocations
 

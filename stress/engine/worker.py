@@ -120,6 +120,22 @@ def _gpu_libraries() -> list[str]:
     return sorted(found)
 
 
+class Artifacts(dict[str, bytes]):
+    """Program name -> vmfb bytes, read on first use: a one-job process (process-per-job, the
+    exit family) reads one artifact, not the whole corpus's."""
+
+    def __init__(self, paths: dict[str, Path]):
+        super().__init__()
+        self._paths = paths
+        self._lock = threading.Lock()
+
+    def __missing__(self, name: str) -> bytes:
+        with self._lock:
+            if name not in self:
+                self[name] = self._paths[name].read_bytes()
+            return dict.__getitem__(self, name)
+
+
 class Worker:
     def __init__(self, config: dict[str, Any], worker_id: int, journal: JournalWriter,
                  messenger: Messenger):
@@ -133,7 +149,7 @@ class Worker:
         self.harness_error = False
         self.programs = {name: Program.from_dict(p["program"])
                          for name, p in config["programs"].items()}
-        self.vmfbs = {name: Path(p["vmfb"]).read_bytes() for name, p in config["programs"].items()}
+        self.vmfbs = Artifacts({name: Path(p["vmfb"]) for name, p in config["programs"].items()})
         specs = [inject.parse(s) for s in config.get("inject", [])]
         specs += inject.parse_env(os.environ.get(inject.ENV_VAR))
         self.injector = inject.Injector(specs, hash((config.get("seed", 0), worker_id,
