@@ -284,6 +284,7 @@ class SoakTrials:
         self.base, self.built, self.out_dir = base, built, out_dir
         self.log = log or (lambda _line: None)
         self.artifacts: dict[str, Path | None] = {}
+        self.checked: dict[str, str] = {}  # stack -> why its interpreter cannot start ('')
 
     def _artifacts(self, name: str) -> Path | None:
         """A stack that pins a compiler gets artifacts from it (a 3.13 module does not run on
@@ -309,10 +310,15 @@ class SoakTrials:
 
     def run(self, stack: str, index: int, seed: int) -> Trial:
         from stress.soak import run_soak
-        from stress.verdicts.stacks import check_facts
+        from stress.verdicts.stacks import check_facts, preflight
 
         built = self.built[stack]
         run_dir = self.out_dir / stack / f"trial-{index:04d}"
+        if stack not in self.checked:
+            self.checked[stack] = preflight(built, self.base.env)
+        if self.checked[stack]:
+            return Trial(stack, index, seed, False, harness=f"cannot start: "
+                         f"{self.checked[stack]}", run_dir=str(run_dir))
         try:
             opts = replace(self.base, python=built.python if built.venv else self.base.python,
                            env={**self.base.env, **built.env}, seed=seed, results=run_dir,

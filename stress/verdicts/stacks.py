@@ -492,3 +492,19 @@ def _inside(path: str, folder: str) -> bool:
         return Path(path).resolve().is_relative_to(Path(folder).resolve())
     except (OSError, ValueError):
         return False
+
+
+def preflight(built: Built, extra_env: Mapping[str, str]) -> str:
+    """Can the stack's interpreter import what a worker needs, with the workers' env? '' when
+    it can, else the interpreter's or loader's own last lines (the reason a compare reports as
+    inconclusive: the soak's driver probe only says that the driver did not load)."""
+    env = {**os.environ, **extra_env, **built.env}
+    try:
+        proc = subprocess.run([built.python, "-c", "import numpy, iree.runtime"], env=env,
+                              capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{built.python} cannot start: {exc}"
+    if proc.returncode == 0:
+        return ""
+    tail = [x.strip() for x in (proc.stderr or proc.stdout).splitlines() if x.strip()]
+    return f"{built.python} exited {proc.returncode}: {' | '.join(tail[-_ERROR_TAIL:])[:800]}"

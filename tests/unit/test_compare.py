@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,7 @@ def soak_trials(tmp_path: Path, summary: dict[str, Any], monkeypatch: pytest.Mon
     fake = FakeSoak(summary)
     monkeypatch.setattr(stress.soak, "run_soak", fake)
     st = Stack("b", requirements=("iree-base-runtime==3.12.0",), env=(("K", "v"),))
-    built = Built(st, f"{venv}/bin/python", {"K": "v"}, ["iree-base-runtime==3.12.0"], venv)
+    built = Built(st, sys.executable, {"K": "v"}, ["iree-base-runtime==3.12.0"], venv)
     base = SoakOptions(
         target="cpu", device=None, workers=1, threads=1, patterns=[], programs=[],
         program_files=[], duration_s=None, invocations=4, seed=None, env={"A": "1"},
@@ -171,7 +172,7 @@ def test_a_trial_runs_the_soak_under_the_stacks_interpreter_env_and_seed(
     t = trials.run("b", 3, 42)
     assert t.harness == "" and not t.failed and t.runtime == "3.12.0rc1"
     opts = fake.opts[0]
-    assert opts.python == f"{venv}/bin/python" and opts.seed == 42
+    assert opts.python == sys.executable and opts.seed == 42
     assert opts.env == {"A": "1", "K": "v"}
     manifest = json.loads((tmp_path / "b" / "trial-0003" / "stack.json").read_text())
     assert manifest["freeze"] == ["iree-base-runtime==3.12.0"]
@@ -193,3 +194,13 @@ def test_a_trial_with_harness_errors_is_not_a_result(
     summary = summary_of("", "", harness_errors=2, jobs=0)
     trials, _ = soak_trials(tmp_path, summary, monkeypatch, str(venv))
     assert "2 worker(s) could not start" in trials.run("b", 0, 1).harness
+
+
+def test_a_stack_whose_interpreter_cannot_start_says_why_in_its_own_words(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trials, fake = soak_trials(tmp_path, summary_of("", ""), monkeypatch, str(tmp_path / "v"))
+    trials.built["b"].env["PYTHONHOME"] = str(tmp_path / "nowhere")
+    t = trials.run("b", 0, 1)
+    assert t.harness.startswith(f"cannot start: {sys.executable} exited 1:")
+    assert "encodings" in t.harness  # Python's own message about its missing stdlib
+    assert fake.opts == []  # no soak was started
