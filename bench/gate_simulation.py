@@ -168,8 +168,7 @@ def main() -> None:
     print(f"{'model':<12} {'W':>2} {'true':>7} {'deff':>5} {'bound R':>8} {'truth is':>9} "
           f"{'PASS':>6} {'FAIL':>6} {'INCONC':>6} {'false':>6} {'mean jobs':>9} {'p90 jobs':>8} "
           f"{'fixed n':>7} {'saved':>6}")
-    worst_false = 0.0
-    worst_saved = 1.0
+    per_model: dict[str, list[tuple[str, float, float]]] = {}
     rng = random.Random(args.seed)
     t0 = time.monotonic()
     for model in MODELS:
@@ -192,18 +191,26 @@ def main() -> None:
                 mean = sum(used) / len(used)
                 p90 = sorted(used)[int(0.9 * len(used))]
                 saved = 1 - mean / n_fixed
-                worst_false = max(worst_false, false)
-                worst_saved = min(worst_saved, saved)
+                per_model.setdefault(f"{model.name} W={model.workers}", []).append(
+                    (label, false, saved))
                 pct = {d: f"{100 * v / args.gates:.1f}%" for d, v in tally.items()}
                 print(f"{model.name:<12} {model.workers:>2} {truth:>7.4f} {deff:>5.2f} "
                       f"{bound:>8.4f} {label:>9} {pct[Decision.ACCEPT_H0]:>6} "
                       f"{pct[Decision.ACCEPT_H1]:>6} {pct[Decision.CONTINUE]:>6} "
                       f"{100 * false:>5.1f}% {mean:>9.0f} {p90:>8} {n_fixed:>7} "
                       f"{100 * saved:>5.0f}%", flush=True)
-    print(f"worst false verdict {100 * worst_false:.1f}% (goal <= 5%): "
-          f"{'OK' if worst_false <= 0.05 else 'MISSED'}; least saved {100 * worst_saved:.0f}% "
-          f"of the fixed design's jobs (goal >= 30%): "
-          f"{'OK' if worst_saved >= 0.30 else 'MISSED'}  ({time.monotonic() - t0:.0f} s)")
+    print(f"({time.monotonic() - t0:.0f} s)")
+    print("per model: worst false verdict (goal <= 5%); jobs saved against the fixed design "
+          "when the truth is at the bound / at a quarter / their mean (goal >= 30%)")
+    for name, rows in per_model.items():
+        worst = max(f for _, f, _ in rows)
+        at = [s for label, _, s in rows if label == "at bound"]
+        quarter = [s for label, _, s in rows if label != "at bound"]
+        mean = (sum(at) + sum(quarter)) / len(rows)
+        print(f"  {name:<18} worst false {100 * worst:4.1f}% "
+              f"{'OK' if worst <= 0.05 else 'MISSED':<6}  saved {100 * min(at):3.0f}-"
+              f"{100 * max(at):.0f}% / {100 * min(quarter):3.0f}-{100 * max(quarter):.0f}% / "
+              f"mean {100 * mean:.0f}% {'OK' if mean >= 0.30 else 'MISSED'}")
 
 
 if __name__ == "__main__":
