@@ -28,10 +28,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stress.analysis.stats import (
+    Alternative,
     Decision,
     PairedSprt,
     Rate,
+    benjamini_hochberg,
     compare_rates,
+    fisher_exact,
     fmt_rate,
     independent_rate,
 )
@@ -154,6 +157,7 @@ class CompareResult:
     rates: dict[str, Any] = field(default_factory=dict)
     new_in_b: list[tuple[str, str]] = field(default_factory=list)
     gone_in_b: list[tuple[str, str]] = field(default_factory=list)
+    signatures: list[dict[str, Any]] = field(default_factory=list)  # per signature, by trials
     decided_by: str = ""  # "sequential" | "fisher at the budget" | "harness"
 
     def arm(self, name: str) -> list[Trial]:
@@ -166,6 +170,7 @@ class CompareResult:
                 "sequential": {"b_worse": self.b_worse, "a_worse": self.a_worse},
                 "new_in_b": [{"id": i, "key": k} for i, k in self.new_in_b],
                 "gone_in_b": [{"id": i, "key": k} for i, k in self.gone_in_b],
+                "signatures": self.signatures,
                 "per_trial": [t.as_dict() for t in self.trials]}
 
 
@@ -239,7 +244,25 @@ def _finish(result: CompareResult, b_worse: PairedSprt, a_worse: PairedSprt,
     ids_a, ids_b = {i for i, _ in sigs_a}, {i for i, _ in sigs_b}
     result.new_in_b = sorted(s for s in sigs_b if s[0] not in ids_a)
     result.gone_in_b = sorted(s for s in sigs_a if s[0] not in ids_b)
+    result.signatures = per_signature(ta, tb)
     return result
+
+
+def per_signature(ta: Sequence[Trial], tb: Sequence[Trial]) -> list[dict[str, Any]]:
+    """Each signature's share of trials in which it occurred, A against B, with Fisher's
+    one-sided p (B more often) and Benjamini-Hochberg q across signatures; most B-heavy first."""
+    keys = {i: k for t in (*ta, *tb) for i, k in t.signatures}
+    rows: list[dict[str, Any]] = []
+    for sig, key in keys.items():
+        ka = sum(any(i == sig for i, _ in t.signatures) for t in ta)
+        kb = sum(any(i == sig for i, _ in t.signatures) for t in tb)
+        p = fisher_exact(kb, len(tb) - kb, ka, len(ta) - ka, Alternative.GREATER) \
+            if ta and tb else 1.0
+        rows.append({"id": sig, "key": key, "a_trials": ka, "b_trials": kb, "p_b_more": p,
+                     "new_in_b": ka == 0 and kb > 0})
+    for row, q in zip(rows, benjamini_hochberg([r["p_b_more"] for r in rows]), strict=True):
+        row["q"] = q
+    return sorted(rows, key=lambda r: (r["p_b_more"], -r["b_trials"], r["id"]))
 
 
 def _rate(r: Rate) -> str:
@@ -264,6 +287,12 @@ def render(r: CompareResult) -> str:
                      f"{s['beta']}): {s['discordant_pairs']} discordant pairs, B failed alone "
                      f"in {s['b_failed_alone']}; LLR {s['llr']} in [{s['lower_bound']}, "
                      f"{s['upper_bound']}]")
+    if r.signatures:
+        lines.append(f"  signatures by trials (A {len(ta)}, B {len(tb)}; Fisher p that B shows "
+                     f"it more often, BH q):")
+        lines += [f"    {s['id']}  A {s['a_trials']:>3}  B {s['b_trials']:>3}  "
+                  f"p {s['p_b_more']:.3g}  q {s['q']:.3g}  {s['key'][:70]}"
+                  for s in r.signatures[:10]]
     for title, sigs in (("new in B (never seen under A)", r.new_in_b),
                         ("gone in B (seen under A only)", r.gone_in_b)):
         if sigs:

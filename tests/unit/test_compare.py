@@ -204,3 +204,23 @@ def test_a_stack_whose_interpreter_cannot_start_says_why_in_its_own_words(
     assert t.harness.startswith(f"cannot start: {sys.executable} exited 1:")
     assert "encodings" in t.harness  # Python's own message about its missing stdlib
     assert fake.opts == []  # no soak was started
+
+
+def test_each_signature_is_compared_by_the_trials_it_occurred_in() -> None:
+    s1, s2 = ("S1", "crash|SIGSEGV|invoke"), ("S2", "teardown_hang|device-release")
+    ta = [Trial("a", i, i, i % 2 == 0, signatures=(s1,) if i % 2 == 0 else ())
+          for i in range(12)]
+    tb = [Trial("b", i, i, True, signatures=(s1, s2) if i % 2 == 0 else (s2,))
+          for i in range(12)]
+
+    class Replay:
+        def run(self, stack: str, index: int, seed: int) -> Trial:
+            return (ta if stack == "a" else tb)[index]
+
+    r = compare(Replay(), "a", "b", seed=0, max_pairs=12)
+    first, second = r.signatures
+    assert (first["id"], first["a_trials"], first["b_trials"]) == ("S2", 0, 12)
+    assert first["new_in_b"] and first["p_b_more"] < 0.001 and first["q"] < 0.01
+    assert (second["id"], second["a_trials"], second["b_trials"]) == ("S1", 6, 6)
+    assert second["p_b_more"] > 0.5
+    assert "signatures by trials" in render(r)
