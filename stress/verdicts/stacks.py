@@ -479,10 +479,11 @@ def check_facts(built: Built, manifest: Mapping[str, Any]) -> list[str]:
         wrong = [p for p in loaded if os.path.realpath(p) != want]
         if wrong:
             problems.append(f"workers loaded {wrong[0]}, the stack binds {built.hip_library}")
-        info = str(manifest.get("device_info") or "")
-        m = re.search(r"amdhip64_dylib_path[^/\n]*(/[^\s\"',]+)", info)
-        if m and os.path.realpath(m.group(1)) != want:
-            problems.append(f"the HIP driver reports {m.group(1)}, the stack binds "
+        from stress.engine.telemetry import hip_library_path
+
+        reported = manifest.get("hip_library") or hip_library_path(manifest.get("device_info"))
+        if reported and os.path.realpath(str(reported)) != want:
+            problems.append(f"the HIP driver reports {reported}, the stack binds "
                             f"{built.hip_library}")
     return problems
 
