@@ -110,6 +110,8 @@ def _build_merged(db: sqlite3.Connection, run_dir: Path,
             patterns[k] = patterns.get(k, 0) + v
     out["patterns"] = dict(sorted(patterns.items()))
     out["failures_detail"] = [d for p in per for d in p["failures_detail"]][:_DETAIL_LIMIT]
+    out["exposures"] = _sum_numbers([p["exposures"] for p in per])  # per_s: shards in parallel
+    out["phases"] = _sum_numbers([p["phases"] for p in per])
     out["status"] = min((p["status"] for p in per), key=lambda st: _STATUS_ORDER.index(st)
                         if st in _STATUS_ORDER else 0)
     out["stop_reason"] = "; ".join(sorted({p["stop_reason"] or "" for p in per}))
@@ -124,6 +126,19 @@ def _build_merged(db: sqlite3.Connection, run_dir: Path,
                     "invocations": p["invocations"], "jobs": p["jobs"]}
                    for p, r in zip(per, runs, strict=True)]
     return out
+
+
+def _sum_numbers(dicts: list[Any]) -> Any:
+    """Nested dicts with numbers summed key by key (the first one's other values kept)."""
+    first = dicts[0]
+    if isinstance(first, dict):
+        keys = [k for d in dicts if isinstance(d, dict) for k in d]
+        return {k: _sum_numbers([d[k] for d in dicts if isinstance(d, dict) and k in d])
+                for k in dict.fromkeys(keys)}
+    if isinstance(first, (int, float)) and not isinstance(first, bool):
+        total = sum(v for v in dicts if isinstance(v, (int, float)))
+        return round(total, 3) if isinstance(total, float) else total
+    return first
 
 
 def _scalar(db: sqlite3.Connection, sql: str, *args: Any) -> int:

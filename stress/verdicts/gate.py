@@ -269,7 +269,7 @@ def _shards(runs: Sequence[dict[str, Any]]) -> tuple[list[int], int, list[str]]:
     for r in runs:
         index, count = (r["config"].get("shard") or [0, 1])[:2]
         counts.add(int(count))
-        if int(index) in seen:
+        if int(index) in seen and int(count) > 1:  # unsharded repeats are replicates
             problems.append(f"shard {int(index) + 1}/{count} appears twice ({seen[int(index)]}, "
                             f"{r['run_id']})")
         seen[int(index)] = r["run_id"]
