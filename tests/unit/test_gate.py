@@ -144,3 +144,36 @@ def test_gate_from_a_folder_prints_the_verdict_and_exits_with_its_code(tmp_path:
     res = run_cli("gate", "--from", str(run), "--max-rate", "0.05", "--json")
     assert res.rc == 1, res.stderr
     assert res.json()["verdict"] == "FAIL"
+
+
+def test_the_live_observer_stops_the_soak_once_enough_clean_jobs_ended(tmp_path: Path) -> None:
+    from stress.engine.jobs import Job
+    from stress.engine.session import Outcome
+    from stress.verdicts.gate import GateObserver
+
+    spec = GateSpec(RATE)
+    obs = GateObserver(spec, tmp_path)
+    need = jobs_to_pass(spec)
+    for i in range(need - 1):
+        obs.job(Outcome(Job(i, "p", "shared", i, 10), 1000 + i // 20, False, ()))
+    assert obs.should_stop() is None
+    obs.job(Outcome(Job(need, "p", "shared", need, 10), 2000, False, ()))
+    assert "gate decided: PASS" in (obs.should_stop() or "")
+
+
+def test_the_live_observer_stops_at_a_new_fatal_failure_it_reads_from_the_store(
+        tmp_path: Path) -> None:
+    from stress.engine.jobs import Job
+    from stress.engine.session import Outcome
+    from stress.verdicts.gate import GateObserver
+
+    run = make_store(tmp_path / "r", "a", range(50), crash_jobs=[7])
+    obs = GateObserver(GateSpec(RATE), run)
+    obs.job(Outcome(Job(7, "p", "shared", 7, 10), 1000, True, ("crash",)))
+    assert "FAIL (new crash" in (obs.should_stop() or "")
+    sig = evaluate([run], GateSpec(RATE)).new[0].id
+    known = tmp_path / "known.toml"
+    known.write_text(f'[[known]]\nsignature = "{sig}"\nnote = "filed"\n')
+    quiet = GateObserver(GateSpec(RATE, known=load_known(known)), run)
+    quiet.job(Outcome(Job(7, "p", "shared", 7, 10), 1000, True, ("crash",)))
+    assert quiet.should_stop() is None  # known: neither fatal nor counted

@@ -182,3 +182,12 @@ def test_json_of_a_merged_gate_names_the_runs(tmp_path: Path) -> None:
     d = evaluate([merged], GateSpec(RATE)).as_dict()
     assert len(d["runs"]) == SHARDS and d["verdict"] == "PASS"
     json.dumps(d)
+
+
+def test_unsharded_repeats_of_one_plan_merge_as_replicates(tmp_path: Path) -> None:
+    a = make_store(tmp_path / "a", "a", range(200))
+    b = make_store(tmp_path / "b", "b", range(200))
+    merged = tmp_path / "m"
+    merge([a, b], merged)
+    g = evaluate([merged], GateSpec(RATE))
+    assert g.verdict is Verdict.PASS and g.rate.units == 400
