@@ -12,6 +12,8 @@ import json
 import re
 import signal
 import time
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,7 @@ from stress.engine.forkclient import RETURNCODE_LOST
 from stress.engine.journal import Step
 from stress.engine.watchdog import STARTUP_STEP, Stuck
 from stress.engine.workermanage import WorkerHandle, signal_group
+from stress.programs.cache import atomic_write
 from stress.vocab import FailureClass, signal_name
 
 if TYPE_CHECKING:
@@ -34,13 +37,13 @@ EXIT_HARNESS: int = 70  # worker.EXIT_HARNESS: iree-stress's own code failed in 
 def record(s: Session, cls: FailureClass, h: WorkerHandle | None, job: Job | None,
            sig: str | None, attr: Attribution, message: str, folder: Path | None,
            count: bool = True, evidence_facts: dict[str, Any] | None = None,
-           exposure: str | None = None) -> None:
+           exposure: str | None = None) -> int:
     """One failure row (committed at once). `count`: a process-level failure (crash, hang):
     counted here; errors and miscompares are counted from the job's result instead."""
     if count:
         s.failures_by_class[cls.value] += 1
         s.failure_count += 1
-    s.store.add_failure(s.run_id, {
+    row = s.store.add_failure(s.run_id, {
         "class": cls.value, "signal": sig, "job_index": job.index if job else None,
         "program": job.program if job else None, "pattern": job.pattern if job else None,
         "seed": job.seed if job else None, "worker": h.worker_id if h else None,
@@ -55,6 +58,40 @@ def record(s: Session, cls: FailureClass, h: WorkerHandle | None, job: Job | Non
         from stress.engine.session import Outcome
 
         s.observer.job(Outcome(job, h.pid if h else 0, True, (cls.value,)))
+    return row
+
+
+@dataclass
+class PendingCrash:
+    """A crash recorded at once, whose post-mortem stacks are still being read."""
+
+    future: Future[evidence.CrashEvidence]
+    row: int
+    folder: Path | None
+    meta: dict[str, Any]  # failure.json so far
+    facts: dict[str, Any]  # the row's evidence so far
+
+
+def collect_finished(s: Session, wait: bool = False) -> None:
+    """Completes the crashes whose stacks are read: their files, failure.json and the row's
+    evidence and crashed thread. `wait`: all of them (end of run; each read is bounded)."""
+    for p in list(s.pending_crashes):
+        if not wait and not p.future.done():
+            continue
+        s.pending_crashes.remove(p)
+        try:
+            crash = p.future.result(timeout=postmortem.NATIVE_STACKS_TIMEOUT_S + 15)
+            facts = {**p.facts, **crash.summary()}
+            files = crash.files()
+        except Exception as exc:  # a tool that hung past its bound, a parser bug: say so
+            facts = {**p.facts, "stack_source": "none", "note": f"post mortem failed: {exc!r}"}
+            files = {"stacks.txt": f"# none\npost mortem failed: {exc!r}\n"}
+        tid = facts.get("crashed_tid") if not p.meta.get("native_tid") else None
+        if p.folder is not None:
+            meta = {**p.meta, **facts, **({"native_tid": tid} if tid else {})}
+            for name, text in {**files, "failure.json": json.dumps(meta, indent=1)}.items():
+                atomic_write(p.folder / name, text.encode())
+        s.store.update_failure(p.row, facts, tid)
 
 
 def new_folder(s: Session, cls: FailureClass, name: str) -> Path | None:
@@ -160,16 +197,16 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
         exposure = "process_exit"
     job = s.job_of(h, attr)
     cls = FailureClass.ERROR if said_bye and sig is None else FailureClass.CRASH
-    crash = None
+    crash: Future[evidence.CrashEvidence] | None = None
     if sig is not None and h.cwd is not None and s.folders >= _MAX_FAILURE_FOLDERS:
         postmortem.discard_core(h.pid, h.cwd)  # no folder to put its stacks in
     elif sig is not None and h.cwd is not None:  # native stacks post mortem (core + gdb, ...)
         reader = h.journal()
         tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
-        crash = evidence.collect_crash(h.pid, h.exe or s.python, h.cwd, stderr,
-                                       since_wall=h.started_wall, tids=tids)
-        if crash.stacks.crashed_tid and not attr.native_tid:
-            attr.native_tid = crash.stacks.crashed_tid
+        # gdb on a core takes ~1 s (10 s for a CUDA process): in the background, so a crash
+        # storm (the incident's 40-60% of exits) never stalls the soak or its other workers
+        crash = s.crash_pool().submit(evidence.collect_crash, h.pid, h.exe or s.python, h.cwd,
+                                      stderr, since_wall=h.started_wall, tids=tids)
     folder = new_folder(s, cls, h.name)
     what = f"killed by {sig}" if sig else f"exited with status {rc}"
     if rc == 0:
@@ -178,22 +215,24 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
         f"while running {_job_text(job)}"
     message = f"worker {h.name} {what} {when}"
     after = telemetry.snapshot(s.cfg.target.backend.value)
-    facts: dict[str, Any] = crash.summary() if crash else {"stack_source": "none"}
+    facts: dict[str, Any] = {"stack_source": "pending" if crash else "none"}
     if h.describe is not None:
         facts.update(h.describe())
-    files = crash.files() if crash else {
-        "stacks.txt": "# none\nthe process exited with a status, not a signal: no stack\n"}
-    write_evidence(s, folder, h, job, attr, {
-        **files, "telemetry_after.json": json.dumps(after, indent=1),
-        "failure.json": json.dumps({
-            "class": cls.value, "signal": sig, "exit_code": rc, "said_bye": said_bye,
+    meta = {"class": cls.value, "signal": sig, "exit_code": rc, "said_bye": said_bye,
             "last_step": attr.last_step, "in_flight": attr.in_flight,
             "attribution": attr.method, "native_tid": attr.native_tid, **facts,
             # upper bound: the last journal record precedes the death
-            "timing": {"noticed_after_last_record_s":
-                       (noticed_ns - attr.last_record_ns) / 1e9
-                       if attr.last_record_ns else None}}, indent=1)})
-    record(s, cls, h, job, sig, attr, message, folder, evidence_facts=facts, exposure=exposure)
+            "timing": {"noticed_after_last_record_s": (noticed_ns - attr.last_record_ns) / 1e9
+                       if attr.last_record_ns else None}}
+    files = {} if crash else {
+        "stacks.txt": "# none\nthe process exited with a status, not a signal: no stack\n"}
+    write_evidence(s, folder, h, job, attr, {
+        **files, "telemetry_after.json": json.dumps(after, indent=1),
+        "failure.json": json.dumps(meta, indent=1)})
+    row = record(s, cls, h, job, sig, attr, message, folder, evidence_facts=facts,
+                 exposure=exposure)
+    if crash is not None:
+        s.pending_crashes.append(PendingCrash(crash, row, folder, meta, facts))
     end_worker(s, h, rc, sig or f"exit {rc}", "crash" if cls is FailureClass.CRASH else "error")
     s.requeue(h, job)  # after end_worker: it names the job a process-per-job worker ran
     s.restart(h)

@@ -20,6 +20,9 @@ class Records(Protocol):
 
     def add_failure(self, run_id: str, f: dict[str, Any]) -> int: ...
 
+    def update_failure(self, row: int, evidence: dict[str, Any],
+                       native_tid: int | None = None) -> None: ...
+
     def add_failure_counts(self, run_id: str, job: dict[str, Any],
                            counts: dict[str, int]) -> None: ...
 

@@ -17,6 +17,7 @@ import sys
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,8 @@ def is_ephemeral(pattern: str, engine: str = "python") -> bool:
     """Patterns whose every job is a process of its own (one job, then exit): process-per-job,
     the exit family, and every job of a non-Python engine (a tool or a user's command)."""
     return engine != "python" or pattern == _PROCESS_PER_JOB or pattern in _EXIT_FAMILY
+_CRASH_READERS: int = 2  # post-mortem stack readers at once: gdb is CPU-bound; more would
+#   slow the workers under test more than it speeds up the evidence
 _OBSERVE_PERIOD_S: float = 1.0  # how often an observer (the gate) may stop the run
 _COOLDOWN_S: float = 8.0  # GPU runs keep sampling this long after the last worker exited: a
 #   clock that never comes down after a clean teardown shows there (the "busy while idle"
@@ -131,6 +134,8 @@ class Session:
         self.failure_count = 0  # what --max-failures counts: process failures + failed jobs
         self.harness_errors: list[str] = []  # our own failures: the run cannot be trusted
         self.unreaped: list[WorkerHandle] = []  # survived SIGKILL (D state): polled each tick
+        self.pending_crashes: list[capture.PendingCrash] = []  # stacks still being read
+        self._crash_pool: ThreadPoolExecutor | None = None
         self.interrupt: str | None = None
         self.interrupts = 0
         self.failures_by_class: Counter[str] = Counter()
@@ -272,7 +277,8 @@ class Session:
             if h.state is State.RUNNING and not h.outstanding and self.stream_done \
                     and not self.pool_queue:
                 h.stop()
-        ephemeral = [h for h in self.workers.values() if h.ephemeral]
+        ephemeral = [h for h in self.workers.values() if h.ephemeral and not
+                     (h.watch is not None and h.proc.returncode is not None)]  # exited tool
         exiting = [h for h in ephemeral if h.batch is not None]
         wave: int | None = None
         while self.ppj_enabled and len(ephemeral) < self.ppj_slots:
@@ -486,6 +492,12 @@ class Session:
                                   window_tokens(attr.steps), attr.in_flight, slot,
                                   steps=attr.steps)
 
+    def crash_pool(self) -> ThreadPoolExecutor:
+        """Background readers of crashed workers' cores (gdb): created on the first crash."""
+        if self._crash_pool is None:
+            self._crash_pool = ThreadPoolExecutor(_CRASH_READERS, thread_name_prefix="post-mortem")
+        return self._crash_pool
+
     # ---- watchdog ----------------------------------------------------------------------
     def limits(self) -> watchdog.Limits:
         return watchdog.Limits(self.cfg.timeout_s, self.cfg.teardown_timeout_s,
@@ -529,11 +541,20 @@ class Session:
         for fd in ready:
             fds[fd].pump()
         now = time.monotonic()
+        exited = []
         for h in list(self.workers.values()):
             self._handle_inbox(h)
             rc = h.poll()
             if rc is not None:
-                capture.on_exit(self, h, rc)
+                exited.append((h, rc))
+        if exited and self.cfg.engine != "python":
+            # tool processes: replacements start before the exits are handled (output checks,
+            # evidence, store rows), so no slot idles while the parent works
+            self.top_up()
+        for h, rc in exited:
+            capture.on_exit(self, h, rc)
+        if self.pending_crashes:
+            capture.collect_finished(self)
         if now - self.last_watchdog >= _WATCHDOG_PERIOD_S:
             self.last_watchdog = now
             self.scan()
@@ -669,8 +690,11 @@ class Session:
         finally:
             try:
                 self.record_telemetry(final=True)
+                capture.collect_finished(self, wait=True)  # every crash gets its stacks
             except (sqlite3.Error, OSError):
                 pass
+            if self._crash_pool is not None:
+                self._crash_pool.shutdown(wait=False, cancel_futures=True)
             self.runner.close()
             if self.exit_runner is not None:
                 self.exit_runner.close()

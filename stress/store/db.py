@@ -289,6 +289,14 @@ class RunStore:
         self.flush()  # failures are rare and precious: commit now
         return int(cur.lastrowid or 0)
 
+    def update_failure(self, row: int, evidence: dict[str, Any],
+                       native_tid: int | None = None) -> None:
+        """Completes a failure's evidence once its post-mortem stacks are read (the row was
+        committed at once, without them); the native tid only where none was known."""
+        self.db.execute("UPDATE failures SET evidence=?, native_tid=COALESCE(native_tid, ?) "
+                        "WHERE id=?", (json.dumps(evidence), native_tid, row))
+        self.flush()
+
     def add_failure_counts(self, run_id: str, job: dict[str, Any], counts: dict[str, int]) -> None:
         self.db.executemany("INSERT INTO failure_counts VALUES (?,?,?,?,?,?)",
                             [(run_id, job["index"], job["program"], job["pattern"], k, n)
