@@ -32,6 +32,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 Z95: float = 1.959963984540054
+_ROUNDING: float = 1e-12  # interval ends closer than this to 0 or 1 are rounding noise
 CONFIDENCE: float = 0.95  # every interval in the reports; the gate passes its own
 SHOWN_DESIGN_EFFECT: float = 1.05  # below, "design effect 1" would be noise worth no words
 FEW_CLUSTERS: int = 5  # fewer processes: the t quantile (df = processes - 1) is large; say so
@@ -54,7 +55,12 @@ def wilson(k: float, n: float, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(max(0.0, p * (1 - p) / n + z * z / (4 * n * n))) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo, hi = centre - half, centre + half
+    if k == 0 or lo < _ROUNDING:  # centre - half is float noise (6e-17) at k = 0: it is 0
+        lo = 0.0
+    if k == n or hi > 1.0 - _ROUNDING:
+        hi = 1.0
+    return lo, hi
 
 
 def _betacf(a: float, b: float, x: float) -> float:

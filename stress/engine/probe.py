@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -148,8 +149,7 @@ def _judge(result: ProbeResult, python: str, driver: str, lines: list[dict[str, 
         f"stalled for more than {_PROBE_TIMEOUT_S:g} s"
     if last in (None, "imported") and driver not in result.drivers:
         # died before any driver verdict: import or library load itself failed
-        err = stderr.strip().splitlines()
-        result.drivers[driver] = {"ok": False, "error": err[-1] if err else f"probe {what}"}
+        result.drivers[driver] = {"ok": False, "error": _reason(stderr) or f"probe {what}"}
         _cleanup(cwd)
         return
     step = {"create": "driver-create", "verdict": "driver-release", "release": "driver-release",
@@ -174,6 +174,17 @@ def _judge(result: ProbeResult, python: str, driver: str, lines: list[dict[str, 
             "class": cls, "last_step": step, "signal": signal_name(rc), "exit_code": rc,
             "attribution": "probe", **facts}, indent=1)}})
     _cleanup(cwd)
+
+
+_REASON = re.compile(r"^(Fatal Python error: .*|[A-Za-z_][\w.]*(Error|Exception)\b.*)$")
+
+
+def _reason(stderr: str) -> str:
+    """The interpreter's or loader's own words: the last exception line or fatal error of the
+    output (not faulthandler's trailing '<no Python frame>'), else its last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    hits = [line for line in lines if _REASON.match(line)]
+    return hits[-1] if hits else (lines[-1] if lines else "")
 
 
 def _cleanup(cwd: str) -> None:

@@ -170,8 +170,11 @@ class Session:
         it: the parent's site-packages, with its own iree.runtime and numpy, must not shadow a
         runtime stack's), then the user's --env."""
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.worker_path()),
-                                                        env.get("PYTHONPATH")) if p)
+        # under another interpreter (a stack's venv) our own PYTHONPATH could shadow its
+        # packages: only the link to this package goes there
+        inherited = env.get("PYTHONPATH") if not self.cfg.python else None
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.worker_path()), inherited)
+                                            if p)
         env["PYTHONFAULTHANDLER"] = "1"
         env.update(self.cfg.env)
         return env
