@@ -151,7 +151,7 @@ def soak_options_from(kw: dict[str, Any], duration_s: float | None, progress: bo
     from stress.engine import inject
     from stress.errors import UsageError
     from stress.soak import SoakOptions
-    from stress.verdicts.shards import resolve
+    from stress.verdicts.shards import ShardSource, resolve
 
     env = {}
     for item in kw["env_items"]:
@@ -160,6 +160,8 @@ def soak_options_from(kw: dict[str, Any], duration_s: float | None, progress: bo
             raise UsageError(f"--env wants KEY=VALUE, got {item!r}")
         env[key] = value
     shard = resolve(kw["shard"], os.environ)
+    if shard.count > 1 and shard.source is not ShardSource.OPTION:  # say it: easy to miss
+        click.echo(f"iree-stress: running {shard.describe()}", err=True)
     for spec in kw["inject"]:
         inject.parse(spec)
     return SoakOptions(
