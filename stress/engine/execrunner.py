@@ -31,7 +31,7 @@ from stress.engine.invocation import JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import Step
 from stress.engine.watchdog import Stuck
-from stress.engine.workermanage import LaunchSpec, Proc, WorkerHandle, signal_group
+from stress.engine.workermanage import LaunchSpec, Proc, State, WorkerHandle, signal_group
 from stress.programs.program import Arg, Program
 
 EXEC_PATTERN: str = "exec"  # the one lifecycle "pattern" of exec jobs: the command itself
@@ -218,6 +218,9 @@ def exit_fd(proc: Proc) -> tuple[int, int | None]:
         return read_fd, write_fd
 
 
+_CORE_READ_WAIT_S: float = postmortem.NATIVE_STACKS_TIMEOUT_S + 5.0  # a core's reader
+#   deletes it within its timeout; past that the launches go on
+_HANDLED_KEPT: int = 1024  # far more than the copies that can run at once
 _CORE_LIMIT_BYTES: int = 4 << 30  # as postmortem.prepare_child: a core keeps every thread
 _YAMA_SCOPE: Path = Path("/proc/sys/kernel/yama/ptrace_scope")
 
@@ -246,14 +249,119 @@ def spawn(argv: Sequence[str], *, stdout: Any, stderr: Any, env: Mapping[str, st
                      preexec_fn=lambda: postmortem.prepare_child(parent_pid))
     proc = popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                  env=dict(env), cwd=cwd, start_new_session=True)
+    _raise_core_limit(proc.pid)
+    return proc
+
+
+_WAIT_POLL_S: float = 0.01  # SpawnedProcess.wait's poll period (kill waits: seconds)
+_RESTORED_SIGNALS: tuple[int, ...] = tuple(
+    getattr(signal, n) for n in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, n))
+#   ignored by Python, reset for the child as subprocess's restore_signals does
+
+
+class SpawnedProcess:
+    """A process started by os.posix_spawn, with the part of subprocess.Popen the session
+    uses (pid, returncode, poll, wait raising subprocess.TimeoutExpired)."""
+
+    def __init__(self, pid: int, argv: Sequence[str]):
+        self.pid = pid
+        self.args = list(argv)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return self.returncode
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            rc = self.poll()
+            if rc is not None:
+                return rc
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(_WAIT_POLL_S)
+
+
+def spawn_fast(argv: Sequence[str], *, stdout_fd: int, stderr_fd: int,
+               env: Mapping[str, str], cwd: Path, parent_pid: int) -> Any:
+    """`spawn` for processes started hundreds of times a second (native jobs): os.posix_spawn
+    (vfork + exec in C: no Python-level encoding of the environment, no fd walk) into a new
+    session, stdin from /dev/null, output to the given fds; the core limit raised by prlimit.
+    Under Yama scope 1 (the child must name its tracer itself) it falls back to `spawn`.
+    posix_spawn takes no cwd (`cwd` is where the child's core lands): the parent steps into
+    it for the spawn and back (argv must hold absolute paths). Only the session's thread
+    spawns, and no other thread of the parent runs while it does (evidence threads are joined
+    before the session goes on)."""
+    if NEEDS_PTRACER:
+        return spawn(argv, stdout=stdout_fd, stderr=stderr_fd, env=env, cwd=cwd,
+                     parent_pid=parent_pid)
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_DUP2, stdout_fd, 1), (os.POSIX_SPAWN_DUP2, stderr_fd, 2)]
+    here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        _, hard = resource.prlimit(proc.pid, resource.RLIMIT_CORE)
+        os.chdir(cwd)
+        pid = os.posix_spawn(argv[0], list(argv), env, file_actions=actions, setsid=True,
+                             setsigdef=_RESTORED_SIGNALS)
+    finally:
+        os.fchdir(here)
+        os.close(here)
+    _raise_core_limit(pid)
+    return SpawnedProcess(pid, argv)
+
+
+def _raise_core_limit(pid: int) -> None:
+    try:
+        _, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
         soft = _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else \
             min(hard, _CORE_LIMIT_BYTES)
-        resource.prlimit(proc.pid, resource.RLIMIT_CORE, (soft, hard))
+        resource.prlimit(pid, resource.RLIMIT_CORE, (soft, hard))
     except (OSError, ValueError):
         pass  # gone already, or not allowed: the crash then has the kernel log line only
-    return proc
+
+
+def job_paths(spec: LaunchSpec) -> tuple[Path, Path, Path]:
+    """(journal, stdout, stderr) of a job process: LaunchSpec.paths without its core folder
+    per process (thousands of empty folders; removing each costs ~2 ms here)."""
+    run_dir = spec.run_dir.resolve()
+    logs = run_dir / "workers"
+    logs.mkdir(parents=True, exist_ok=True)
+    return (run_dir / "journal" / f"{spec.name}.bin", logs / f"{spec.name}.stdout",
+            logs / f"{spec.name}.stderr")
+
+
+class Slots:
+    """The places of the copies running at once. `on_exit`: a slot is free again once its
+    process has been reaped, so N copies use 0..N-1 (exec's `{gpu}`). Else once the session
+    has handled the exit (it starts a replacement first): a slot that is a core folder must
+    not get a second crashing process while the first one's core is read (the kernel
+    replaces a `core` of the same name), so N copies may use up to 2N slots."""
+
+    def __init__(self, on_exit: bool = True, busy: Callable[[int], bool] | None = None
+                 ) -> None:
+        self.held: dict[int, WorkerHandle] = {}
+        self.on_exit = on_exit
+        self.busy = busy  # a slot whose last process is handled but still busy (its core
+        #   not read yet: the session reads cores in the background)
+
+    def take(self) -> int:
+        for s, h in list(self.held.items()):
+            done = h.state is State.EXITED or (self.on_exit and h.proc.returncode is not None)
+            if done and not (self.busy is not None and self.busy(s)):
+                del self.held[s]
+        return next(i for i in range(len(self.held) + 1) if i not in self.held)
+
+    def hold(self, slot: int, h: WorkerHandle) -> None:
+        self.held[slot] = h
+
+    def live(self) -> list[WorkerHandle]:
+        return [h for h in self.held.values() if h.state is not State.EXITED]
 
 
 # ---- the runner -------------------------------------------------------------------------
@@ -290,7 +398,13 @@ class ExecRunner:
         self.pattern = re.compile(command.done_regex) if command.done_regex else None
         self.parent_pid = parent_pid if parent_pid is not None else os.getpid()
         self.popen = popen
-        self.slots: dict[int, Proc] = {}  # {gpu}: the copy's slot among those running
+        self.slots = Slots()  # {gpu}: the copy's slot among those running
+        self.handled: dict[int, None] = {}  # crashed pids noted once (the newest only)
+        self.dumped: dict[int, float] = {}  # pid -> when: crashed copies whose core may
+        #   still wait in the shared cwd for its (background) reader
+        pattern, uses_pid = postmortem.read_core_pattern()
+        self.cores_collide = not pattern.startswith("|") and "%p" not in pattern and \
+            not uses_pid and not pattern.startswith("/")
         self.spare_fds: dict[int, tuple[Proc, int]] = {}  # exit_fd's pipe ends, no pidfd
 
     def _close_spares(self, every: bool = False) -> None:
@@ -308,18 +422,36 @@ class ExecRunner:
         env.update(self.command.env)
         return env
 
-    def slot(self) -> int:
-        """The lowest slot whose process has ended: N copies at once get 0..N-1."""
-        self._close_spares()
-        for s, p in list(self.slots.items()):
-            if p.poll() is not None:
-                del self.slots[s]
-        return next(i for i in range(len(self.slots) + 1) if i not in self.slots)
+    def ready(self) -> bool:
+        """False while a crashed copy's core waits in the shared cwd to be read: every copy
+        runs in the user's folder, and where core_pattern names no pid a second crash would
+        replace that core (the kernel unlinks a `core` of the same name). Bounded by the
+        reader's own timeout, so a core that is never deleted cannot stall the run."""
+        if not self.cores_collide:
+            return True
+        for h in self.slots.held.values():  # reaped, perhaps not handled yet
+            if h.proc.returncode is not None:
+                self.note_exit(h.pid, h.proc.returncode)
+        now = time.monotonic()
+        for pid, at in list(self.dumped.items()):
+            core = self.command.cwd / "core"
+            notes = postmortem.read_core_notes(core) if core.exists() else None
+            if notes is None or notes.pid != pid or now - at > _CORE_READ_WAIT_S:
+                del self.dumped[pid]
+        return not self.dumped
+
+    def note_exit(self, pid: int, rc: int) -> None:
+        if rc < 0 and self.cores_collide and pid not in self.handled:
+            self.dumped[pid] = time.monotonic()
+            self.handled[pid] = None
+            if len(self.handled) > _HANDLED_KEPT:
+                del self.handled[next(iter(self.handled))]
 
     def launch(self, spec: LaunchSpec) -> WorkerHandle:
-        journal, out_path, err_path, _ = spec.paths()
+        journal, out_path, err_path = job_paths(spec)
         job = spec.job
-        slot = self.slot()
+        self._close_spares()
+        slot = self.slots.take()
         values = {"seed": job.seed if job else 0, "job": job.index if job else 0, "gpu": slot}
         argv = substitute(self.command.argv, values)
         env = self.env(job, slot)
@@ -327,27 +459,30 @@ class ExecRunner:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = spawn(argv, stdout=out, stderr=err, env=env, cwd=cwd,
                          parent_pid=self.parent_pid, popen=self.popen)
-        self.slots[slot] = proc
         fd, spare = exit_fd(proc)
         if spare is not None:
             self.spare_fds[proc.pid] = (proc, spare)
         h = WorkerHandle(spec.worker_id, spec.generation, proc, fd, journal, out_path,
                          err_path, ephemeral=True)
+        self.slots.hold(slot, h)
         judge = ExecJudge(job, proc.pid, time.monotonic_ns(), time.time(), spec.timeout_s,
                           spec.teardown_timeout_s, OutputWatch((out_path, err_path),
                                                                self.pattern),
                           (out_path, err_path))
-        h.watch, h.finish, h.cwd = judge.watch, judge.finish, cwd
+        def finish(rc: int) -> list[tuple[str, dict[str, Any]]]:
+            self.note_exit(proc.pid, rc)
+            return judge.finish(rc)
+
+        h.watch, h.finish, h.cwd = judge.watch, finish, cwd
         h.exe = resolve_executable(argv[0], cwd, env)
         h.default_step = RUN_STEP
         h.describe = judge.facts
         return h
 
     def close(self) -> None:
-        for p in self.slots.values():
-            if p.poll() is None:
-                signal_group(p.pid, signal.SIGKILL)
-        self.slots.clear()
+        for h in self.slots.live():
+            if h.poll() is None:
+                signal_group(h.pid, signal.SIGKILL)
         self._close_spares(every=True)
 
 

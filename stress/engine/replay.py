@@ -37,7 +37,7 @@ class ReplayKeeper:
     healthy_seen: int = 0
     kept: int = 0
     dropped: int = 0
-    programs: set[str] = field(default_factory=set)
+    programs: set[str] = field(default_factory=set)  # with a healthy replay kept
 
     def path(self, name: str) -> Path:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -56,7 +56,8 @@ class ReplayKeeper:
         if keep and self.kept_bytes + size <= self.cap_bytes:
             self.kept_bytes += size
             self.kept += 1
-            self.programs.add(program)
+            if not failed:
+                self.programs.add(program)
             return True
         path.unlink(missing_ok=True)
         self.dropped += 1

@@ -150,6 +150,7 @@ class Session:
         self.config_path = run_dir / "worker-config.json"
         self.progress = Progress(config, self)
         self.last_watchdog = 0.0
+        self.spawn_env: dict[str, str] | None = None
         self.last_sample = 0.0
         self.healthy_samples = 0
         self.sample_rng = random.Random(config.seed)
@@ -284,7 +285,10 @@ class Session:
                      (h.watch is not None and h.proc.returncode is not None)]  # exited tool
         exiting = [h for h in ephemeral if h.batch is not None]
         wave: int | None = None
+        ready = getattr(self.runner, "ready", None)  # a runner may hold launches back
         while self.ppj_enabled and len(ephemeral) < self.ppj_slots:
+            if ready is not None and not ready():
+                break
             job = self.next_job(True)
             if job is None:
                 break
@@ -336,8 +340,10 @@ class Session:
                job: Job | None = None) -> WorkerHandle:
         gen = self.generation[wid]
         self.generation[wid] += 1
+        if self.spawn_env is None:  # the same for every worker: built once (~1 ms each)
+            self.spawn_env = self.worker_env()
         spec = LaunchSpec(wid, gen, self.python, self.config_for(wid), self.run_dir,
-                          self.worker_env(), ephemeral, facts=not self.facts_requested,
+                          self.spawn_env, ephemeral, facts=not self.facts_requested,
                           job=job, timeout_s=self.cfg.timeout_s,
                           teardown_timeout_s=self.cfg.teardown_timeout_s)
         self.facts_requested = True

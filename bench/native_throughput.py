@@ -1,0 +1,95 @@
+"""Native engine throughput (issue 12): `soak --engine native` against a bare shell loop of the
+same `iree-run-module` commands at the same parallelism, and the disk a recorded soak keeps.
+
+  bare   `xargs -P N` running JOBS times the command a native-run job runs (same binary, same
+         module, device and input file, output to a file): no checks, no records, nothing else
+  soak   `iree-stress soak --engine native --parallel N -n JOBS` of the same program: each job's
+         output checked against the numpy reference, one store row per job and per process
+
+Rate = jobs per second; the soak's from its first job's start to its last job's end (the bare
+loop's from start to end). Rounds interleave (bare, soak, bare, soak, ...) and the median of the
+per-round ratios is reported: target soak/bare >= 0.90 with >= 1,000 jobs per soak. Then one
+`--record` soak of RECORD_S seconds: the replays it kept against replay.DISK_CAP_BYTES.
+
+    python bench/native_throughput.py [--program NAME] [--parallel N] [--jobs N] [--rounds R]
+                                      [--record-s S] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench._common import header, soak, steady_rate  # noqa: E402
+from stress.engine import replay  # noqa: E402
+from stress.engine.native import find_tools, prepare, run_argv  # noqa: E402
+from stress.programs import corpus, targets  # noqa: E402
+from stress.programs.cache import ArtifactCache  # noqa: E402
+
+
+def bare_rate(argv: list[str], out_dir: Path, jobs: int, parallel: int) -> float:
+    """Jobs per second of `xargs -P parallel` running argv `jobs` times (output per job)."""
+    cmd = shlex.join(argv[:-1]) + " --output=@" + shlex.quote(str(out_dir)) + "/o{}.npy"
+    script = f"seq {jobs} | xargs -P {parallel} -I{{}} sh -c {shlex.quote(cmd + ' >/dev/null')}"
+    t0 = time.perf_counter()
+    subprocess.run(["sh", "-c", script], check=True)
+    return jobs / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--program", default="unary.exp.f32.64x64")
+    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--record-s", type=float, default=60.0)
+    args = ap.parse_args()
+    header()
+    prog = corpus.select([args.program])[0]
+    art = ArtifactCache(Path.home() / ".cache" / "iree-stress").compile_all(
+        [prog], targets.parse("cpu"), jobs=1).artifacts[prog.name].path
+    tools = find_tools(sys.executable)
+    with tempfile.TemporaryDirectory() as tmp:
+        data = prepare(prog, Path(tmp) / "in")
+        argv = run_argv(tools, art, "local-task", prog.entry, data.inputs, Path(tmp) / "o.npy")
+        print(f"# program {prog.name}, {args.parallel} at once, {args.jobs} jobs per run, "
+              f"tool {argv[0]}")
+        ratios = []
+        for r in range(args.rounds):
+            bare = bare_rate(argv, Path(tmp), args.jobs, args.parallel)
+            run = Path(tmp) / f"soak{r}"
+            s = soak("--engine", "native", "--target", "cpu", "--programs", prog.name,
+                     "--parallel", str(args.parallel), "-n", str(args.jobs), "--seed", "1",
+                     "--results", str(run))
+            rate = steady_rate(str(run))
+            ratios.append(rate / bare)
+            print(f"round {r}: bare {bare:7.1f} jobs/s   soak {rate:7.1f} jobs/s "
+                  f"({s['jobs']} jobs, {sum(s['failures'].values())} failures)   "
+                  f"soak/bare {rate / bare:.3f}",
+                  flush=True)
+        print(f"median soak/bare over {args.rounds} rounds: {statistics.median(ratios):.3f} "
+              "(target >= 0.90)")
+        if args.record_s > 0:
+            run = Path(tmp) / "record"
+            s = soak("--engine", "native", "--target", "cpu", "--programs", prog.name,
+                     "--parallel", str(args.parallel), "-d", f"{args.record_s:g}s",
+                     "--record", "--results", str(run))
+            kept = replay.size_of(run)
+            print(f"recorded soak {args.record_s:g} s: {s['jobs']} jobs, "
+                  f"{sum(s['failures'].values())} failures;"
+                  f" replays kept {kept / 2**20:.2f} MiB "
+                  f"({len(list(run.rglob('*.ireereplay')))} files) of the "
+                  f"{replay.DISK_CAP_BYTES / 2**20:.0f} MiB cap")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""`soak --engine native` end to end on cpu (issue 12): iree-run-module jobs with checked
+outputs, a native fault preloaded into them (tests/native/libfault.c), recorded HAL replays in
+the failure folders, `repro` counting exactly the faults that fired, `repro --replay`."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.system
+
+PROGRAMS = "unary.exp.f32*,binary.add.f32*"
+
+
+def native_soak(run: Path, *extra: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    args = ["soak", "--engine", "native", "--target", "cpu", "--programs", PROGRAMS,
+            "--parallel", "2", "--results", str(run), "--json", "-q", *extra]
+    for k, v in (env or {}).items():
+        args += ["--env", f"{k}={v}"]
+    res = run_cli(*args, timeout=300)
+    assert res.rc in (0, 1), res.stderr[-3000:]
+    out: dict[str, object] = res.json()
+    return out
+
+
+def tool_processes() -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["name"]):
+        if (p.info["name"] or "").startswith("iree-run-modul"):
+            out.append(p)
+    return out
+
+
+def test_a_clean_native_soak_checks_every_output_and_leaves_nothing_behind(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    run = tmp_path / "run"
+    s = native_soak(run, "-n", "24")
+    assert s["failed"] == 0 and s["jobs"] == 24 and s["invocations"] == 24, s
+    db = sqlite3.connect(run / "stress.db")
+    assert db.execute("SELECT SUM(ok), COUNT(*), COUNT(DISTINCT program) FROM jobs"
+                      ).fetchone()[:2] == (24, 24)
+    assert {r[0] for r in db.execute("SELECT pattern FROM jobs")} == {"native-run"}
+    logs = sorted(p.name for p in (run / "workers").iterdir())
+    assert len(logs) <= 16 and all(n.startswith("slot") for n in logs)  # 2 pairs per slot,
+    #   at most 2 slots per copy (Slots), reused: no file per job
+    assert tool_processes() == []
+
+
+@pytest.mark.slow  # ~40 s: a core read per crash, then 8 reruns
+def test_a_native_crash_in_teardown_keeps_its_replay_and_repro_counts_each_fault(
+        tmp_path: Path, cpu_artifacts: dict[str, Path], fault_lib: Path) -> None:
+    run, count = tmp_path / "run", tmp_path / "fired.txt"
+    fault = {"LD_PRELOAD": str(fault_lib), "IREE_FAULT_JOIN": "segv",
+             "IREE_FAULT_JOIN_PROB": "0.4", "IREE_FAULT_JOIN_CALLER": "iree-run-module",
+             "IREE_FAULT_COUNT_FILE": str(count)}
+    native_soak(run, "-n", "12", "--record", "--teardown-timeout", "5s", env=fault)
+    fired = count.read_text().splitlines() if count.exists() else []
+    db = sqlite3.connect(run / "stress.db")
+    rows = list(db.execute("SELECT class, signal, last_step, artifacts FROM failures"))
+    assert len(rows) == len(fired)  # every fault fired is one failure, no more
+    if not rows:
+        pytest.skip("no fault fired in 12 jobs (p=0.4): nothing to look at")
+    for cls, sig, step, folder in rows:
+        assert (cls, sig, step) == ("crash", "SIGSEGV", "worker-exit")
+        f = Path(folder)
+        assert "iree_hal_task_device_destroy" in (f / "stacks.txt").read_text()
+        assert list(f.glob("*.ireereplay"))
+        tail = [json.loads(x) for x in (f / "hal_tail.jsonl").read_text().splitlines()]
+        assert tail[-1]["payload"]["name"] == "deinit"  # the recorder's last scope: teardown
+        assert json.loads((f / "replay.json").read_text())["hal_records"] >= len(tail)
+    healthy = sorted((run / "native" / "replays").glob("*.ireereplay"))
+    assert healthy or len(rows) == 12  # the first healthy replay of each program at least
+
+    before = len(count.read_text().splitlines())
+    res = run_cli("repro", rows[0][3], "--times", "8", "-q", timeout=300)
+    again = len(count.read_text().splitlines()) - before
+    assert res.rc == (1 if again else 0), res.stderr[-2000:]
+    assert f"crash again in {again}/8 runs" in res.stdout
+
+    res = run_cli("repro", "--replay", "--times", "2", str(healthy[0]), timeout=120)
+    assert res.rc == 0 and "exited 0 in 2/2 runs" in res.stdout, res.stdout + res.stderr
+
+
+def test_a_native_job_that_blocks_in_teardown_after_its_output_is_a_teardown_hang(
+        tmp_path: Path, cpu_artifacts: dict[str, Path], fault_lib: Path) -> None:
+    run = tmp_path / "run"
+    native_soak(run, "-n", "2", "--parallel", "1", "--teardown-timeout", "1s",
+                env={"LD_PRELOAD": str(fault_lib), "IREE_FAULT_JOIN": "block",
+                     "IREE_FAULT_JOIN_CALLER": "iree-run-module"})
+    db = sqlite3.connect(run / "stress.db")
+    rows = list(db.execute("SELECT class, last_step, artifacts FROM failures"))
+    assert [r[:2] for r in rows] == [("teardown_hang", "worker-exit")] * 2
+    stacks = (Path(rows[0][2]) / "stacks.txt").read_text()
+    assert "pthread_join" in stacks and "iree_hal_task_device_destroy" in stacks
+    assert tool_processes() == []
