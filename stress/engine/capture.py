@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 from stress.engine import evidence, postmortem, telemetry
 from stress.engine.attribution import Attribution, attribute
 from stress.engine.forkclient import RETURNCODE_LOST
+from stress.engine.forkserver import EXIT_CHILD_SETUP
 from stress.engine.journal import Step
 from stress.engine.watchdog import STARTUP_STEP, Stuck
-from stress.engine.workermanage import WorkerHandle, signal_group
+from stress.engine.workermanage import WorkerHandle, kill_groups, signal_group
 from stress.programs.cache import atomic_write
 from stress.vocab import FailureClass, signal_name
 
@@ -113,6 +114,24 @@ def write_evidence(s: Session, folder: Path | None, h: WorkerHandle, job: Job | 
             h.add_evidence(folder)
 
 
+def _tidy(h: WorkerHandle) -> None:
+    """A clean one-job process leaves nothing worth keeping: its journal, empty logs and core
+    folder go (10 exits a second would otherwise leave tens of thousands of files an hour)."""
+    if not h.ephemeral:
+        return
+    for path in (h.journal_path, h.stdout_path, h.stderr_path):
+        try:
+            if path == h.journal_path or path.stat().st_size == 0:
+                path.unlink()
+        except OSError:
+            pass
+    if h.cwd is not None:
+        try:
+            h.cwd.rmdir()  # only when empty
+        except OSError:
+            pass
+
+
 def _python_exception(h: WorkerHandle) -> str:
     """The exception line of a worker that died of an uncaught Python exception before its
     hello (an import error, a missing library under a runtime stack): an infrastructure
@@ -168,24 +187,30 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     signal_group(h.pid, signal.SIGKILL)  # whatever the worker left running in its group
     sig = signal_name(rc)
     said_bye = h.bye_at is not None
+    if h.facts_worker and h.hello_at is None:
+        s.facts_requested = False  # the next worker reports the runtime facts instead
     cannot_start = rc == 1 and h.hello_at is None and _python_exception(h)
-    if rc == EXIT_HARNESS or cannot_start:
+    if rc in (EXIT_HARNESS, EXIT_CHILD_SETUP) or cannot_start or rc == RETURNCODE_LOST:
         why = f"could not start: {cannot_start}" if cannot_start else \
+            "exit status lost with the fork server" if rc == RETURNCODE_LOST else \
+            "could not be set up by the fork server" if rc == EXIT_CHILD_SETUP else \
             "failed in iree-stress's own code"
         s.harness_errors.append(f"worker {h.name} {why} (see {h.stderr_path})")
         s.requeue(h, None)
-        end_worker(s, h, rc, "harness error", "harness")
+        end_worker(s, h, None if rc == RETURNCODE_LOST else rc, "harness error", "harness")
         s.restart(h)
-        s.retire(h)
-        return
-    if rc == RETURNCODE_LOST:  # the fork server died before it could report the status
-        s.harness_errors.append(f"worker {h.name}: exit status lost with the fork server")
-        end_worker(s, h, None, "status lost", "lost")
+        if h.ephemeral:  # job processes that cannot start share the restart budget
+            s.count_restart()
         s.retire(h)
         return
     if said_bye and rc == h.expected_rc:
+        if h.outstanding:  # a job thread died outside its job's handling: not a result
+            s.harness_errors.append(f"worker {h.name} exited cleanly with "
+                                    f"{len(h.outstanding)} job(s) unreported")
+            s.requeue(h, None)
         end_worker(s, h, rc, "exit", "clean")
         s.retire(h)
+        _tidy(h)
         return
     stderr = h.tail(h.stderr_path)
     attr = attribute(h.journal(), stderr)
@@ -247,11 +272,18 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
     for h, _ in stuck:
         s.drain(h)  # jobs that finished while it hung keep their results
     hang = evidence.collect_many([h.pid for h, _ in stuck],
-                                 stderr_paths={h.pid: h.stderr_path for h, _ in stuck},
+                                 # SIGUSR1 (the faulthandler fallback) only where a handler
+                                 # is installed: our workers once they said hello
+                                 stderr_paths={h.pid: h.stderr_path for h, _ in stuck
+                                               if h.hello_at is not None and h.watch is None},
                                  backend=backend,
                                  since_wall=min(h.started_wall for h, _ in stuck))
     t_stacks = time.monotonic()
-    codes = {h.pid: h.kill_group() for h, _ in stuck}
+    died = [(h, st) for h, st in stuck if h.proc.poll() is not None]
+    for h, _ in died:  # it ended by itself while we looked: its exit status is the truth
+        on_exit(s, h, int(h.proc.returncode or 0))
+    stuck = [(h, st) for h, st in stuck if (h, st) not in died]
+    codes = kill_groups([h for h, _ in stuck])
     t_killed = time.monotonic()
     after = telemetry.snapshot(backend)
     for h, st in stuck:

@@ -212,11 +212,16 @@ class Device:
         with Device._ids_lock:
             Device.live -= 1
             full = Device.live == 0
-        writer.begin(Step.DEVICE_RELEASE, self.id, aux=refs)
-        for lp in self.loaded.values():
-            lp.close()
-        self.loaded.clear()
-        self.hal_device = None
+        try:
+            writer.begin(Step.DEVICE_RELEASE, self.id, aux=refs)
+            for lp in self.loaded.values():
+                lp.close()
+        except BaseException:  # an injected raise, or a close that failed: a failed step
+            writer.fail(Step.DEVICE_RELEASE, self.id)
+            raise
+        finally:
+            self.loaded.clear()
+            self.hal_device = None
         writer.end(Step.DEVICE_RELEASE, self.id)
         if result is not None:
             result.count_release(full)

@@ -106,6 +106,7 @@ class WorkerContext:
                 # the window is this helper's, taken now: its slot is reused after release
                 exc.failure_window = snapshot(writer)  # type: ignore[attr-defined]
                 errors.append(exc)
+                _fail_open_steps(writer)  # a freed slot must not look busy to the watchdog
             finally:
                 self.journal.release(writer)
 
@@ -342,6 +343,19 @@ class ProcessPerJob:
             _invoke_loaded(w, t, work, dev, dev.loaded)
         finally:
             dev.release(t.writer, work.result)
+
+
+def _fail_open_steps(writer: SlotWriter) -> None:
+    """Ends, as failed, every step the exception left begun on this slot."""
+    from stress.engine.journal import JournalReader
+
+    reader = JournalReader(writer._journal.path)
+    try:
+        flight = reader.slot(writer.slot).in_flight()
+    finally:
+        reader.close()
+    for e in reversed(flight):
+        writer.fail(e.step, e.device)
 
 
 def _merge(into: JobResult, other: JobResult) -> None:

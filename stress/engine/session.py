@@ -350,11 +350,14 @@ class Session:
         runner = self._exit_runner() if exit_job else self.runner
         try:
             h = runner.launch(spec)
-        except ForkServerDown as exc:  # restarted under a budget by the runner; else spawn
+        except (ForkServerDown, ForkServerUnsafe) as exc:  # restarted by the runner; else spawn
+            if self.exit_runner is not None:
+                self.exit_runner.close()
             self.exit_runner = SpawnRunner()
-            self.exit_runner_note = f"spawn (fork server down: {exc})"
+            self.exit_runner_note = f"spawn (fork server unusable: {exc})"
             sys.stderr.write(f"iree-stress: exit paths now use spawn: {exc}\n")
             h = self.exit_runner.launch(spec)
+        h.facts_worker = spec.facts
         h.db_row = self.store.add_worker(self.run_id, wid, gen, h.pid)
         if len(self.devices) > 1 and self.timeline_store is not None:
             self.timeline_store.set_worker_device(h.db_row, self.device_for(wid))
@@ -366,7 +369,14 @@ class Session:
         handler = getattr(self, f"on_{name}", None)
         if handler is None:
             raise ValueError(f"unknown message {name!r} from worker {h.name}")
-        handler(h, payload)
+        try:
+            handler(h, payload)
+        except (KeyError, TypeError, ValueError) as exc:  # a malformed message: our bug
+            self.harness_errors.append(f"worker {h.name}: bad {name!r} message ({exc!r})")
+
+    def on_garbled(self, h: WorkerHandle, payload: dict[str, Any]) -> None:
+        """Fires for a message line that is not JSON: the protocol broke (a harness error)."""
+        self.harness_errors.append(f"worker {h.name}: garbled message {payload['line']!r}")
 
     def on_hello(self, h: WorkerHandle, payload: dict[str, Any]) -> None:
         """Fires once per worker after it imported the runtime (with facts for the first)."""
@@ -437,19 +447,25 @@ class Session:
     def restart(self, h: WorkerHandle) -> None:
         """Replaces a dead pool worker, within --max-worker-restarts per _RESTART_WINDOW_S (a
         long soak of a crashy stack goes on; a restart storm stops it)."""
-        if h.ephemeral or self.stopping:
+        if h.ephemeral or self.stopping or not self.count_restart():
             return
+        self.restarts += 1
+        self.workers.pop(h.worker_id, None)
+        self._spawn(h.worker_id, ephemeral=False)
+
+    def count_restart(self) -> bool:
+        """One more restart (or one-job process that could not start) in the window; False,
+        and the run stops, past --max-worker-restarts (a stack whose workers cannot start
+        would otherwise relaunch the same job forever)."""
         now = time.monotonic()
         while self.restart_times and now - self.restart_times[0] > _RESTART_WINDOW_S:
             self.restart_times.popleft()
         if len(self.restart_times) >= self.cfg.max_worker_restarts:
             self.stop(f"more than {self.cfg.max_worker_restarts} worker restarts within "
                       f"{_RESTART_WINDOW_S:g} s")
-            return
+            return False
         self.restart_times.append(now)
-        self.restarts += 1
-        self.workers.pop(h.worker_id, None)
-        self._spawn(h.worker_id, ephemeral=False)
+        return True
 
     def retire(self, h: WorkerHandle) -> None:
         h.close()
@@ -541,7 +557,8 @@ class Session:
                 h.stop()
 
     def tick(self) -> None:
-        fds = {h.msg_fd: h for h in self.workers.values() if h.state is not State.EXITED}
+        fds = {h.msg_fd: h for h in self.workers.values()
+               if h.state is not State.EXITED and not h.eof}  # a closed pipe would spin
         if fds:
             ready, _, _ = select.select(list(fds), [], [], _TICK_S)
         else:
@@ -660,7 +677,9 @@ class Session:
         """SIGINT/SIGTERM handled by flag for as long as the caller needs (the run, then its
         summary): a second Ctrl-C while we shut down or write the summary is noted, never a
         traceback."""
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        # SIGHUP: the terminal or ssh session went away; the run ends as interrupted
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM,
+                                                     signal.SIGHUP)}
         for s in previous:
             signal.signal(s, self._on_signal)
         try:
@@ -688,6 +707,8 @@ class Session:
                 while self.workers:
                     self.tick()
             self.cooldown()
+            if self.interrupt is not None:  # interrupted while cooling down: still said so
+                raise Interrupted(self.interrupt)
         except Interrupted as exc:
             status = "interrupted"
             self.stop_reason = f"interrupted by {exc}"
@@ -696,6 +717,12 @@ class Session:
             status = "failed"
             self.stop_reason = f"results store unwritable: {exc}"
             self._kill_all("store error")
+        except Exception as exc:  # our own bug: one line, every worker stopped, store closed
+            status = "failed"
+            self.stop_reason = f"internal error: {type(exc).__name__}: {exc}"
+            self.harness_errors.append(self.stop_reason)
+            sys.stderr.write(f"iree-stress: {self.stop_reason}\n")
+            self._kill_all("internal error")
         finally:
             try:
                 self.record_telemetry(final=True)

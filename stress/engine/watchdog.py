@@ -75,7 +75,9 @@ def scan(reader: JournalReader | None, now_ns: int, limits: Limits, *, started_n
         if age > limits.teardown_timeout_s:
             return Stuck(None, Step.WORKER_EXIT, Step.WORKER_EXIT.label, True, age)
     elif stop_ns is not None:
-        age = (now_ns - stop_ns) / 1e9
+        # from the stop or the worker's last progress, whichever is later: a one-job process
+        # is told to stop at launch, and a pool worker may still run its queued jobs
+        age = (now_ns - max(stop_ns, newest)) / 1e9
         if age > limits.timeout_s + limits.teardown_timeout_s + limits.stop_grace_s:
             return Stuck(None, None, STOP_STEP, True, age)
     return None

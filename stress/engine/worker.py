@@ -53,7 +53,7 @@ class Messenger:
                 view = view[n:]
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _die_with_parent(parent_pid: int, tracer_pid: int = 0) -> None:
     """SIGKILL us when the parent dies; if it died before prctl took effect, leave now. The
     check compares with the parent's real pid: under a subreaper an orphan's new parent is
     not pid 1. `parent_pid` 0 skips the check (a fork server's child: its parent forked it)."""
@@ -62,8 +62,8 @@ def _die_with_parent(parent_pid: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if parent_pid and os.getppid() != parent_pid:
             os._exit(EXIT_HARNESS)
-        # py-spy/gdb run as the parent's children: allowed under Yama ptrace_scope=1
-        libc.prctl(_PR_SET_PTRACER, parent_pid or os.getppid(), 0, 0, 0)
+        # py-spy/gdb run as the session's children: allowed under Yama ptrace_scope=1
+        libc.prctl(_PR_SET_PTRACER, tracer_pid or parent_pid or os.getppid(), 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
@@ -250,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--msg-fd", type=int, required=True)
     ap.add_argument("--facts", action="store_true", help="report runtime/device facts in hello")
     ap.add_argument("--parent-pid", type=int, default=0, help="the parent's pid (orphan check)")
+    ap.add_argument("--tracer-pid", type=int, default=0, help="may ptrace us (the session)")
     args = ap.parse_args(argv)
-    _die_with_parent(args.parent_pid)
+    _die_with_parent(args.parent_pid, args.tracer_pid)
     postmortem.prepare_child()  # a fatal signal leaves a core in our cwd for the parent
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)

@@ -73,6 +73,8 @@ class WorkerHandle:
     unkillable: bool = False  # still there after SIGKILL: stuck in the kernel (D state)
     stop_sent_at: float | None = None
     expected_rc: int = 0  # a clean end (exit-sigterm jobs end by SIGTERM on purpose)
+    facts_worker: bool = False  # asked to report the runtime facts
+    eof: bool = False  # its message pipe is closed: leave it out of select()
     batch: int | None = None  # exit-family wave this process belongs to
     # Runners of processes without our journal or message pipe (native tools, a user's
     # command) judge them themselves: `watch(now_ns)` says when one is stuck (else the journal
@@ -162,14 +164,19 @@ class WorkerHandle:
         except BlockingIOError:
             return True
         except OSError:
+            self.eof = True
             return False
         if not chunk:
+            self.eof = True
             return False
         self._buf += chunk
         *lines, self._buf = self._buf.split(b"\n")
         for line in lines:
             if line.strip():
-                name, payload = json.loads(line)
+                try:
+                    name, payload = json.loads(line)
+                except ValueError:  # a garbled line: our protocol broke, not the runtime
+                    name, payload = "garbled", {"line": line[:200].decode(errors="replace")}
                 self.inbox.append((name, payload))
         return True
 
@@ -224,6 +231,29 @@ class WorkerHandle:
             return ""
 
 
+def kill_groups(handles: list[WorkerHandle],
+                grace_s: float = _TERMINATE_GRACE_S) -> dict[int, int | None]:
+    """kill_group for several workers at once: SIGTERM to every group, one shared grace
+    period, SIGKILL to every group, one shared wait (serially, 8 stuck workers could hold the
+    parent for a minute). pid -> exit code (None: unkillable)."""
+    for h in handles:
+        h.killed_by_us = True
+        signal_group(h.proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(h.proc.poll() is None for h in handles):
+        time.sleep(0.02)
+    for h in handles:
+        signal_group(h.proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + _KILL_WAIT_S
+    while time.monotonic() < deadline and any(h.proc.poll() is None for h in handles):
+        time.sleep(0.02)
+    codes: dict[int, int | None] = {}
+    for h in handles:
+        codes[h.pid] = h.proc.poll()
+        h.unkillable = codes[h.pid] is None
+    return codes
+
+
 def signal_group(pgid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pgid, sig)
@@ -262,10 +292,12 @@ class LaunchSpec:
             postmortem.core_dir(run_dir, self.name)
 
     def worker_argv(self, journal: Path, msg_fd: int, parent_pid: int) -> list[str]:
-        """Arguments of stress.engine.worker.main (after `python -m stress.engine.worker`)."""
+        """Arguments of stress.engine.worker.main (after `python -m stress.engine.worker`).
+        The tracer is always the session: py-spy and gdb run as its children, also for
+        processes forked by the fork server (parent_pid 0: their parent is the server)."""
         argv = ["--config", str(self.config_path.resolve()), "--worker-id", str(self.worker_id),
                 "--journal", str(journal), "--msg-fd", str(msg_fd),
-                "--parent-pid", str(parent_pid)]
+                "--parent-pid", str(parent_pid), "--tracer-pid", str(os.getpid())]
         return argv + (["--facts"] if self.facts else [])
 
 

@@ -47,6 +47,11 @@ def _build_one(db: sqlite3.Connection, run_dir: Path, run: sqlite3.Row) -> dict[
     for row in db.execute("SELECT class, COUNT(*) FROM failures WHERE run_id=? AND class IN "
                           "('crash','hang','teardown_hang') GROUP BY class", (run_id,)):
         failures[row[0]] = int(row[1])
+    # errors the parent saw (a non-zero exit after the worker's goodbye, a probe's exit):
+    # not counted in any job's errors
+    failures[FailureClass.ERROR.value] += int(db.execute(
+        "SELECT COUNT(*) FROM failures WHERE run_id=? AND class='error' AND "
+        "attribution != 'worker-report'", (run_id,)).fetchone()[0])
     patterns = {r[0]: int(r[1]) for r in db.execute(
         "SELECT pattern, SUM(invocations) FROM jobs WHERE run_id=? GROUP BY pattern ORDER BY 1",
         (run_id,))}

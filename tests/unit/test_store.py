@@ -115,3 +115,18 @@ def test_a_job_row_arriving_after_the_period_commits_the_waiting_ones_without_a_
     assert _committed_jobs(tmp_path) == 3
     store.close()
     assert _committed_jobs(tmp_path) == 4
+
+
+def test_an_error_the_parent_saw_counts_as_a_failure_of_the_run(tmp_path: Path) -> None:
+    """A non-zero exit after the worker's goodbye is an error no job reported: it must make
+    the run failed (before, it showed in failures_detail only, and soak exited 0)."""
+    store = db.RunStore(tmp_path)
+    store.start_run("r", 1, "cmd", {}, {})
+    store.add_failure("r", {"class": "error", "last_step": "worker-exit",
+                            "attribution": "latest-record", "message": "exited with status 3"})
+    store.add_failure("r", {"class": "error", "last_step": "invoke",
+                            "attribution": "worker-report", "message": "counted by its job"})
+    store.end_run("r", "completed")
+    store.close()
+    s = summary.build(tmp_path)
+    assert s["failures"]["error"] == 1 and s["failed"]

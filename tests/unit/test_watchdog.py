@@ -112,3 +112,35 @@ def test_of_several_late_threads_the_step_begun_last_is_blamed(
     culprit.begin(Step.DEVICE_RELEASE)  # t = 1002 s
     stuck = scan(r, 1040 * S)
     assert stuck is not None and stuck.slot == culprit.slot and stuck.teardown
+
+
+def test_a_helper_slot_freed_after_a_failed_release_is_not_a_teardown_hang(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A helper whose release raised used to leave its BEGIN open in a freed slot: 15 s later
+    the watchdog killed a healthy worker as a teardown hang."""
+    from stress.engine.patterns import _fail_open_steps
+
+    clock = [1000 * S]
+    monkeypatch.setattr(journal_mod, "_now", lambda: clock[0])
+    w, r = journal(tmp_path)
+    helper = w.acquire()
+    helper.begin(Step.DEVICE_RELEASE)
+    _fail_open_steps(helper)  # what run_helper does when its function raised
+    w.release(helper)
+    assert scan(r, 1100 * S) is None
+
+
+def test_a_worker_told_to_stop_is_judged_from_its_last_progress(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-job process is told to stop at launch: the stop deadline runs from its last
+    journal record, not from the launch (a slow start is not a teardown hang)."""
+    clock = [1000 * S]
+    monkeypatch.setattr(journal_mod, "_now", lambda: clock[0])
+    w, r = journal(tmp_path)
+    t = w.acquire()
+    clock[0] += 40 * S
+    t.begin(Step.JOB)
+    t.end(Step.JOB)  # at 1040 s; stop was sent at 1000 s
+    limit = LIMITS.timeout_s + LIMITS.teardown_timeout_s + LIMITS.stop_grace_s
+    assert scan(r, int(1040 * S + (limit - 1) * S), stop_ns=1000 * S) is None
+    assert scan(r, int(1040 * S + (limit + 1) * S), stop_ns=1000 * S) is not None
