@@ -15,6 +15,7 @@ from stress.engine.journal import JournalReader, Phase, Step
 
 STARTUP_STEP: str = "startup"  # label of the pre-journal phase (not a journal step)
 STOP_STEP: str = "stop"  # label of "told to stop, never left" when no step is in flight
+JOB_SILENCE_FLOOR_S: float = 10.0  # a whole process silent this long inside a job is stuck
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,11 @@ def scan(reader: JournalReader | None, now_ns: int, limits: Limits, *, started_n
         age = (now_ns - ts) / 1e9
         if step is Step.JOB:
             # A job thread waiting on its helpers shows JOB begun and nothing since: normal
-            # while any thread of the process moves. Stuck when the whole process is silent.
-            if age > limits.timeout_s and (now_ns - newest) / 1e9 > limits.timeout_s:
+            # while any thread of the process moves. Stuck when the whole process is silent
+            # (not less than JOB_SILENCE_FLOOR_S: inputs and numpy references are computed
+            # between HAL steps, without journal records, and a loaded box is slow at it).
+            silence = max(limits.timeout_s, JOB_SILENCE_FLOOR_S)
+            if age > silence and (now_ns - newest) / 1e9 > silence:
                 job_stuck = Stuck(slot, step, step.label, False, age)
             continue
         limit = limits.teardown_timeout_s if step.is_teardown() else limits.timeout_s

@@ -98,6 +98,23 @@ def test_a_worker_told_to_stop_that_neither_finishes_nor_exits_is_declared(
     assert stuck is not None and stuck.label == "stop" and stuck.teardown
 
 
+def test_a_silent_job_gets_at_least_the_floor_even_with_a_short_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inputs and references are computed inside a job without journal records: with
+    --timeout 1s a loaded box must not turn that into a hang."""
+    clock = [1000 * S]
+    monkeypatch.setattr(journal_mod, "_now", lambda: clock[0])
+    w, r = journal(tmp_path)
+    t = w.acquire()
+    t.begin(Step.JOB)
+    short = watchdog.Limits(1.0, 1.0, 120.0, 5.0)
+    args = {"started_ns": 0, "bye_ns": None, "stop_ns": None}
+    assert watchdog.scan(r, 1005 * S, short, **args) is None  # type: ignore[arg-type]
+    stuck = watchdog.scan(r, int((1000 + watchdog.JOB_SILENCE_FLOOR_S + 1) * S), short,
+                          **args)  # type: ignore[arg-type]
+    assert stuck is not None and stuck.step is Step.JOB
+
+
 def test_of_several_late_threads_the_step_begun_last_is_blamed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A release stuck in native code while holding the GIL leaves an invoke on another
