@@ -255,6 +255,33 @@ def server_round(server: Any, jobs: Jobs, n: int, concurrency: int) -> tuple[flo
 
 
 # ---- the run ------------------------------------------------------------------------------
+def soak_round(args: argparse.Namespace, env: dict[str, str], seconds: float,
+               concurrency: int) -> tuple[float, int, int]:
+    """(d) the real thing: `iree-stress soak --patterns exit-clean` (fork server, batches,
+    journal, store, watchdog). Exits per second from the first process's start to the last
+    one's end (the soak's own start-up, the probe and the final summary not counted, as for
+    the other shapes). Returns (seconds, exits, failed)."""
+    import sqlite3
+
+    with tempfile.TemporaryDirectory(prefix="exit-rate-soak-") as tmp:
+        argv = [sys.executable, "-m", "stress", "soak", "--patterns", "exit-clean", "--programs",
+                args.program, "--workers", str(concurrency), "--threads", "1", "--duration",
+                f"{seconds:g}s", "--seed", "1", "-q", "--results", f"{tmp}/run"]
+        if args.artifacts:
+            argv += ["--artifacts", args.artifacts]
+        else:
+            argv += ["--target", args.target]
+        argv += ["--device", args.device]
+        subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, timeout=seconds + 300)
+        db = sqlite3.connect(f"{tmp}/run/stress.db")
+        n, t0, t1, bad = db.execute(
+            "SELECT COUNT(*), MIN(started_at), MAX(ended_at), "
+            "SUM(outcome != 'clean') FROM workers WHERE pattern='exit-clean' "
+            "AND ended_at IS NOT NULL").fetchone()
+        db.close()
+    return (t1 - t0) if n else 1.0, int(n or 0), int(bad or 0)
+
+
 def _git_commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
@@ -292,6 +319,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--spawn-jobs", type=int, default=8, help="jobs per spawn round")
     ap.add_argument("--fork-jobs", type=int, default=80, help="jobs per bare/server round")
+    ap.add_argument("--soak-seconds", type=float, default=8.0, help="(d): soak length")
     ap.add_argument("--out", type=Path, help="also write the report here")
     ap.add_argument("--bare-parent", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -328,13 +356,18 @@ def main() -> int:
             "server": lambda n: server_round(server, jobs, n, args.concurrency),
         }
         sizes = {"spawn": args.spawn_jobs, "bare": args.fork_jobs, "server": args.fork_jobs}
-        rates: dict[str, list[float]] = {k: [] for k in shapes}
-        failed: dict[str, int] = dict.fromkeys(shapes, 0)
+        rates: dict[str, list[float]] = {k: [] for k in [*shapes, "soak"]}
+        failed: dict[str, int] = dict.fromkeys([*shapes, "soak"], 0)
         for run in shapes.values():  # warm-up: page cache, first-import costs
             run(max(2, args.concurrency))
-        order = list(shapes)
+        order = [*shapes, "soak"]
         for r in range(args.rounds):
-            for name in order[r % 3:] + order[:r % 3]:
+            for name in order[r % 4:] + order[:r % 4]:
+                if name == "soak":
+                    wall, n, bad = soak_round(args, env, args.soak_seconds, args.concurrency)
+                    rates[name].append(n / wall)
+                    failed[name] += bad
+                    continue
                 wall, ok = shapes[name](sizes[name])
                 rates[name].append(sizes[name] / wall)
                 failed[name] += sizes[name] - ok
@@ -349,8 +382,18 @@ def main() -> int:
                  for pair in ("spawn", "bare")}
     for name, what in (("spawn", "(a) spawn per job (real worker)"),
                        ("bare", "(b) bare fork-and-exit loop"),
-                       ("server", "(c) fork server + real worker, exit-clean")):
+                       ("server", "(c) fork server + real worker, exit-clean"),
+                       ("soak", "(d) iree-stress soak --patterns exit-clean")):
         say(f"{what:44s} median {med[name]:7.2f} exits/s  (failed jobs: {failed[name]})")
+    soak_ratios = {pair: statistics.median(rates["soak"][i] / rates[pair][i]
+                                           for i in range(args.rounds))
+                   for pair in ("spawn", "bare")}
+    say(f"d/a = {soak_ratios['spawn']:5.2f} (soak vs spawn per job, median of per-round ratios)"
+        f"  target >= {TARGET_VS_SPAWN:g}  "
+        f"{'OK' if soak_ratios['spawn'] >= TARGET_VS_SPAWN else 'BELOW TARGET'}")
+    say(f"d/b = {soak_ratios['bare']:5.2f} (soak vs bare fork loop, median of per-round ratios)"
+        f"  target >= {TARGET_VS_BARE:g}  "
+        f"{'OK' if soak_ratios['bare'] >= TARGET_VS_BARE else 'BELOW TARGET'}")
     vs_spawn, vs_bare = per_round["spawn"], per_round["bare"]
     say(f"c/a = {vs_spawn:5.2f} (median of per-round ratios; ratio of medians "
         f"{med['server'] / med['spawn']:.2f})  target >= {TARGET_VS_SPAWN:g}  "
