@@ -37,9 +37,10 @@ from stress.programs.cache import ArtifactCache  # noqa: E402
 
 
 def bare_rate(argv: list[str], out_dir: Path, jobs: int, parallel: int) -> float:
-    """Jobs per second of `xargs -P parallel` running argv `jobs` times (output per job)."""
+    """Jobs per second of `xargs -P parallel` running argv `jobs` times (output per job; the
+    tool exec'd by xargs itself, no shell per job)."""
     cmd = shlex.join(argv[:-1]) + " --output=@" + shlex.quote(str(out_dir)) + "/o{}.npy"
-    script = f"seq {jobs} | xargs -P {parallel} -I{{}} sh -c {shlex.quote(cmd + ' >/dev/null')}"
+    script = f"seq {jobs} | xargs -P {parallel} -I{{}} {cmd} >/dev/null"
     t0 = time.perf_counter()
     subprocess.run(["sh", "-c", script], check=True)
     return jobs / (time.perf_counter() - t0)

@@ -47,6 +47,7 @@ NATIVE_RUN: str = "native-run"
 NATIVE_BENCH: str = "native-bench"
 NATIVE_PATTERNS: tuple[str, ...] = (NATIVE_RUN, NATIVE_BENCH)
 BENCH_INVOCATIONS: int = 100  # per iree-benchmark-module process: ~50 ms of a small program
+_SLOT_MARKER: str = ".slot"  # keeps a slot's core folder non-empty (never tidied away)
 INPUT_SEED: int = 0  # inputs are written once per program (the native engine's fixed input)
 ONE_PROCESS_SCALE: float = 1 / 20  # jobs.invocations_for's default is 20 per job; a native
 #   job is one process (`-n` counts processes)
@@ -320,8 +321,7 @@ class NativeRunner:
         self.run_dir = run_dir.resolve()
         self.slots = Slots(on_exit=False, busy=self.core_pending)  # a slot is a core folder
         self.spare: list[tuple[Proc, int]] = []
-        self.slot_logs: dict[int, tuple[Path, list[tuple[tuple[Path, Path], tuple[int, int]]],
-                                        int]] = {}
+        self.slot_logs: dict[int, tuple[Path, list[tuple[Path, int]], int]] = {}
         self.journal = self.run_dir / "journal" / "none.bin"  # tool processes keep none
 
     def program_data(self, name: str) -> ProgramData:
@@ -337,28 +337,41 @@ class NativeRunner:
         except OSError:
             return False
 
-    def slot_files(self, slot: int) -> tuple[Path, tuple[Path, Path], tuple[int, int]]:
-        """(core folder, log paths, log fds) for the next process of `slot`: two pairs of
-        logs per slot used in turn, kept open and emptied on reuse (creating two files per
-        job cost ~0.7 ms of the parent's CPU here). The pair not taken still holds the
-        previous job's output until the session has handled that job's exit."""
+    def slot_files(self, slot: int) -> tuple[Path, Path, int]:
+        """(core folder, log path, log fd) for the next process of `slot`. Every metadata
+        operation per job costs (creating, truncating, removing files took 0.5-2 ms each on
+        this shared disk under load), so: two logs per slot used in turn, kept open, emptied
+        only when not empty; stdout and stderr go to the same log (in order: the IREE status
+        line of a failed tool is found in it all the same), which the tool's banner keeps from
+        being tidied away as empty; the slot folder holds a marker so that it stays. The log
+        not taken still holds the previous job's output until that job's exit is handled."""
         if slot not in self.slot_logs:
             cwd = postmortem.core_dir(self.run_dir, f"slot{slot}")
+            (cwd / _SLOT_MARKER).touch()
             logs = self.run_dir / "workers"
             logs.mkdir(parents=True, exist_ok=True)
-            pairs = []
-            for name in "ab":
-                paths = (logs / f"slot{slot}{name}.stdout", logs / f"slot{slot}{name}.stderr")
-                fds = tuple(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                                    0o644) for p in paths)
-                pairs.append((paths, (fds[0], fds[1])))
-            self.slot_logs[slot] = (cwd, pairs, 0)
-        cwd, pairs, turn = self.slot_logs[slot]
-        self.slot_logs[slot] = (cwd, pairs, 1 - turn)
-        paths, fds = pairs[turn]
-        for fd in fds:
+            turns = [(p, self._open_log(p)) for p in (logs / f"slot{slot}a.log",
+                                                       logs / f"slot{slot}b.log")]
+            self.slot_logs[slot] = (cwd, turns, 0)
+        cwd, turns, turn = self.slot_logs[slot]
+        self.slot_logs[slot] = (cwd, turns, 1 - turn)
+        path, fd = turns[turn]
+        st = os.fstat(fd)
+        if st.st_nlink == 0:  # tidied away after all
+            os.close(fd)
+            fd = self._open_log(path)
+            turns[turn] = (path, fd)
+        elif st.st_size:
             os.ftruncate(fd, 0)
-        return cwd, paths, fds
+        if not cwd.exists():
+            cwd.mkdir(parents=True, exist_ok=True)
+            (cwd / _SLOT_MARKER).touch()
+        return cwd, path, fd
+
+    @staticmethod
+    def _open_log(path: Path) -> int:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
 
     def launch(self, spec: LaunchSpec) -> WorkerHandle:
         job = spec.job
@@ -368,7 +381,7 @@ class NativeRunner:
             os.close(fd)
             self.spare.remove((p, fd))
         slot = self.slots.take()
-        cwd, (out_path, err_path), (out_fd, err_fd) = self.slot_files(slot)
+        cwd, log_path, log_fd = self.slot_files(slot)
         prog = self.programs[job.program]
         data = self.program_data(job.program)
         replay_path = self.keeper.path(f"{spec.name}-j{job.index}") if self.keeper else None
@@ -381,13 +394,13 @@ class NativeRunner:
             #   may still be unchecked when this one starts
             argv = run_argv(self.tools, self.artifacts[job.program], self.device, prog.entry,
                             data.inputs, output, replay_path)
-        proc = spawn_fast(argv, stdout_fd=out_fd, stderr_fd=err_fd, env=self.env, cwd=cwd,
+        proc = spawn_fast(argv, stdout_fd=log_fd, stderr_fd=log_fd, env=self.env, cwd=cwd,
                           parent_pid=self.parent)
         fd, spare = exit_fd(proc)
         if spare is not None:
             self.spare.append((proc, spare))
-        h = WorkerHandle(spec.worker_id, spec.generation, proc, fd, self.journal, out_path,
-                         err_path, ephemeral=True)
+        h = WorkerHandle(spec.worker_id, spec.generation, proc, fd, self.journal, log_path,
+                         log_path, ephemeral=True)
         self.slots.hold(slot, h)
         judge = NativeJudge(h, job, data, time.monotonic_ns(), time.time(), spec.timeout_s,
                             spec.teardown_timeout_s, output, self.tools, self.keeper,
@@ -401,10 +414,9 @@ class NativeRunner:
         for _, fd in self.spare:
             os.close(fd)
         self.spare.clear()
-        for _, pairs, _ in self.slot_logs.values():
-            for _, fds in pairs:
-                for fd in fds:
-                    os.close(fd)
+        for _, turns, _ in self.slot_logs.values():
+            for _, fd in turns:
+                os.close(fd)
         self.slot_logs.clear()
 
     def summary(self) -> dict[str, Any]:
