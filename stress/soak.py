@@ -162,6 +162,9 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
                          "LD_PRELOAD=... (docs/native.md)")
     patterns = resolve_native_patterns(opts.patterns) if native else \
         resolve_patterns(opts.patterns)
+    if opts.artifacts is not None:  # workers run in their own folders: paths must be absolute
+        opts.artifacts = opts.artifacts.resolve()
+    opts.cache_dir = Path(opts.cache_dir).resolve()
     exported = load_export(opts.artifacts) if opts.artifacts else None
     programs = choose_exported(exported[1], opts.programs) if exported else \
         choose_programs(opts.programs, opts.program_files)

@@ -35,7 +35,7 @@ def test_migrations_build_the_final_schema_and_are_idempotent(tmp_path: Path) ->
     db.migrate(conn)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert tables == {"schema_migrations", "runs", "jobs", "failures", "workers", "phases",
-                      "failure_counts", "windows"}
+                      "failure_counts", "windows", "telemetry", "timeline_marks"}
     versions = [r[0] for r in conn.execute("SELECT version FROM schema_migrations")]
     assert versions == [v for v, _, _ in db.MIGRATIONS] and versions[-1] == db.SCHEMA_VERSION
     run_cols = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
@@ -59,7 +59,7 @@ def test_migrations_build_the_final_schema_and_are_idempotent(tmp_path: Path) ->
         "exit_path": ("TEXT", 0, None), "outcome": ("TEXT", 0, None),
         "job_index": ("INTEGER", 0, None), "batch": ("INTEGER", 0, None),
         "exit_order": ("INTEGER", 0, None), "bye_at": ("REAL", 0, None)}
-    assert db.SCHEMA_VERSION == 4
+    assert db.SCHEMA_VERSION == 5
 
 
 def test_summary_is_rebuilt_from_the_database(tmp_path: Path) -> None:
