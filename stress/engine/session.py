@@ -42,7 +42,6 @@ _HEALTHY_SAMPLE_PERIOD_S: float = 0.2  # healthy journal windows: the baseline o
 _HEALTHY_SAMPLES_MAX: int = 4000  # per run (a reservoir: uniform over the whole run)
 _SAMPLE_RECORDS: int = 40  # per thread: a 12-step window plus what is still in flight
 _STARTUP_TIMEOUT_S: float = 120.0  # interpreter start-up to a journal file on a loaded box
-_MAX_FAILURE_FOLDERS: int = 200  # crash/hang folders per run; errors never take one
 _STOP_GRACE_S: float = 5.0  # after `stop`: a worker's last job + teardown, beyond the deadlines
 _RESTART_WINDOW_S: float = 60.0  # --max-worker-restarts counts restarts within this window
 _PPJ_QUEUE_MAX: int = 4  # process-per-job jobs drawn ahead of the ephemeral slots
@@ -60,7 +59,6 @@ _OBSERVE_PERIOD_S: float = 1.0  # how often an observer (the gate) may stop the 
 _COOLDOWN_S: float = 8.0  # GPU runs keep sampling this long after the last worker exited: a
 #   clock that never comes down after a clean teardown shows there (the "busy while idle"
 #   detector needs more than its 5 s threshold of it)
-EXIT_HARNESS: int = 70  # a worker's own code failed (worker.EXIT_HARNESS): not a runtime failure
 
 
 @dataclass(frozen=True)
