@@ -59,9 +59,12 @@ def attribute(reader: JournalReader | None, stderr_text: str = "",
         m = _CURRENT_THREAD.search(stderr_text)
         if m:
             ident = int(m.group(1), 16)
+            # a thread's ident is its pthread address, reused by the next thread started after
+            # it ended: of the slots that share it, the one alive at the crash wrote last
             hits = [v for v in views if v.py_ident == ident]
             if hits:
-                chosen, method = hits[0], "faulthandler"
+                chosen, method = max(hits, key=lambda v: v.last.ts_ns if v.last else 0), \
+                    "faulthandler"
     if chosen is None:
         flying = [(e.ts_ns, v) for v in views for e in [_innermost(v)] if e and v.in_flight()]
         if flying:

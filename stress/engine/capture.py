@@ -13,7 +13,7 @@ import re
 import signal
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,7 @@ class PendingCrash:
     folder: Path | None
     meta: dict[str, Any]  # failure.json so far
     facts: dict[str, Any]  # the row's evidence so far
+    tids: list[int] = field(default_factory=list)  # the journal's threads
 
 
 def collect_finished(s: Session, wait: bool = False) -> None:
@@ -88,6 +89,13 @@ def collect_finished(s: Session, wait: bool = False) -> None:
             facts = {**p.facts, "stack_source": "none", "note": f"post mortem failed: {exc!r}"}
             files = {"stacks.txt": f"# none\npost mortem failed: {exc!r}\n"}
         tid = facts.get("crashed_tid") if not p.meta.get("native_tid") else None
+        if facts.get("crashed_tid") and p.meta.get("native_tid") and \
+                facts["crashed_tid"] != p.meta["native_tid"] and \
+                facts["crashed_tid"] in p.tids:
+            # the journal blamed one thread, the core says another took the signal: say so
+            facts["blame_conflict"] = (f"the core says thread {facts['crashed_tid']} took the "
+                                       f"signal; the journal blamed thread "
+                                       f"{p.meta['native_tid']} ({p.meta.get('attribution')})")
         if p.folder is not None:
             meta = {**p.meta, **facts, **({"native_tid": tid} if tid else {})}
             for name, text in {**files, "failure.json": json.dumps(meta, indent=1)}.items():
@@ -223,11 +231,13 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     job = s.job_of(h, attr)
     cls = FailureClass.ERROR if said_bye and sig is None else FailureClass.CRASH
     crash: Future[evidence.CrashEvidence] | None = None
+    pending_tids: list[int] = []
     if sig is not None and h.cwd is not None and s.folders >= _MAX_FAILURE_FOLDERS:
         postmortem.discard_core(h.pid, h.cwd)  # no folder to put its stacks in
     elif sig is not None and h.cwd is not None:  # native stacks post mortem (core + gdb, ...)
         reader = h.journal()
         tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
+        pending_tids = tids
         # gdb on a core takes ~1 s (10 s for a CUDA process): in the background, so a crash
         # storm (the incident's 40-60% of exits) never stalls the soak or its other workers
         crash = s.crash_pool().submit(evidence.collect_crash, h.pid, h.exe or s.python, h.cwd,
@@ -257,7 +267,7 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     row = record(s, cls, h, job, sig, attr, message, folder, evidence_facts=facts,
                  exposure=exposure)
     if crash is not None:
-        s.pending_crashes.append(PendingCrash(crash, row, folder, meta, facts))
+        s.pending_crashes.append(PendingCrash(crash, row, folder, meta, facts, pending_tids))
     end_worker(s, h, rc, sig or f"exit {rc}", "crash" if cls is FailureClass.CRASH else "error")
     s.requeue(h, job)  # after end_worker: it names the job a process-per-job worker ran
     s.restart(h)

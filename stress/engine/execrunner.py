@@ -241,16 +241,19 @@ def spawn(argv: Sequence[str], *, stdout: Any, stderr: Any, env: Mapping[str, st
           parent_pid: int, popen: Callable[..., Any] = subprocess.Popen) -> Any:
     """Starts a job's process in its own session with core dumps on. Under Yama scope 1 that
     takes `postmortem.prepare_child` between fork and exec (a full fork of the parent: ~10 ms
-    here); elsewhere the child is spawned by vfork (~3 ms) and its core limit raised from
-    outside (prlimit) at once, before it has loaded its libraries."""
+    here); elsewhere the child is spawned by vfork (~3 ms) and inherits the core limit the
+    parent raises for the spawn."""
     if NEEDS_PTRACER:
         return popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                      env=dict(env), cwd=cwd, start_new_session=True,
                      preexec_fn=lambda: postmortem.prepare_child(parent_pid))
-    proc = popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                 env=dict(env), cwd=cwd, start_new_session=True)
-    _raise_core_limit(proc.pid)
-    return proc
+    limit = resource.getrlimit(resource.RLIMIT_CORE)
+    _set_core_limit(_core_limit(limit[1]), limit[1])
+    try:
+        return popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                     env=dict(env), cwd=cwd, start_new_session=True)
+    finally:
+        _set_core_limit(*limit)
 
 
 _WAIT_POLL_S: float = 0.01  # SpawnedProcess.wait's poll period (kill waits: seconds)
@@ -293,7 +296,7 @@ def spawn_fast(argv: Sequence[str], *, stdout_fd: int, stderr_fd: int,
                env: Mapping[str, str], cwd: Path, parent_pid: int) -> Any:
     """`spawn` for processes started hundreds of times a second (native jobs): os.posix_spawn
     (vfork + exec in C: no Python-level encoding of the environment, no fd walk) into a new
-    session, stdin from /dev/null, output to the given fds; the core limit raised by prlimit.
+    session, stdin from /dev/null, output to the given fds; the core limit inherited, raised.
     Under Yama scope 1 (the child must name its tracer itself) it falls back to `spawn`.
     posix_spawn takes no cwd (`cwd` is where the child's core lands): the parent steps into
     it for the spawn and back (argv must hold absolute paths). Only the session's thread
@@ -305,25 +308,31 @@ def spawn_fast(argv: Sequence[str], *, stdout_fd: int, stderr_fd: int,
     actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                (os.POSIX_SPAWN_DUP2, stdout_fd, 1), (os.POSIX_SPAWN_DUP2, stderr_fd, 2)]
     here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    limit = resource.getrlimit(resource.RLIMIT_CORE)
     try:
         os.chdir(cwd)
+        _set_core_limit(_core_limit(limit[1]), limit[1])
         pid = os.posix_spawn(argv[0], list(argv), env, file_actions=actions, setsid=True,
                              setsigdef=_RESTORED_SIGNALS)
     finally:
+        _set_core_limit(*limit)
         os.fchdir(here)
         os.close(here)
-    _raise_core_limit(pid)
     return SpawnedProcess(pid, argv)
 
 
-def _raise_core_limit(pid: int) -> None:
+def _core_limit(hard: int) -> int:
+    return _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(hard, _CORE_LIMIT_BYTES)
+
+
+def _set_core_limit(soft: int, hard: int) -> None:
+    """The parent's own soft core limit, which posix_spawn's child inherits. Raised for the
+    spawn and put back: raising the child's by prlimit after the spawn lost the race to a
+    short program that crashed first (CI: `no core of 455`, a crash at exit with no stack)."""
     try:
-        _, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
-        soft = _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else \
-            min(hard, _CORE_LIMIT_BYTES)
-        resource.prlimit(pid, resource.RLIMIT_CORE, (soft, hard))
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
     except (OSError, ValueError):
-        pass  # gone already, or not allowed: the crash then has the kernel log line only
+        pass  # not allowed: the crash then has the kernel log line only
 
 
 def job_paths(spec: LaunchSpec) -> tuple[Path, Path, Path]:

@@ -79,6 +79,32 @@ def test_attribution_uses_faulthandlers_current_thread(tmp_path: Path) -> None:
     assert attr.method == "faulthandler" and attr.last_step == "upload"
 
 
+def test_attribution_blames_the_live_thread_when_a_dead_one_had_the_same_ident(
+        tmp_path: Path) -> None:
+    """A thread's ident is its pthread address: the next thread started reuses it. Seen in CI:
+    a crash in device-release blamed on an ended thread's readback."""
+    j = JournalWriter(tmp_path / "j.bin", slots=3)
+    idents: list[int] = []
+
+    def run(step: Step, end: bool) -> None:
+        w = j.acquire()
+        w.begin(step)
+        if end:
+            w.end(step)
+        idents.append(threading.get_ident())
+
+    for step, end in ((Step.READBACK, True), (Step.DEVICE_RELEASE, False)):
+        t = threading.Thread(target=run, args=(step, end))
+        t.start()
+        t.join()
+    views = JournalReader(tmp_path / "j.bin").all_slots()
+    assert len({v.py_ident for v in views}) == 1, "glibc did not reuse the thread's stack"
+    stderr = f"Fatal Python error: Segmentation fault\n\nCurrent thread {idents[1]:#018x}"
+    attr = attribute(JournalReader(tmp_path / "j.bin"), stderr)
+    assert attr.method == "faulthandler" and attr.last_step == "device-release"
+    assert attr.native_tid == views[1].native_tid
+
+
 def test_inject_specs_parse_and_bad_ones_are_usage_errors() -> None:
     spec = inject.parse("segv@invoke:0.25")
     assert (spec.kind, spec.step, spec.prob) == (inject.Kind.SEGV, Step.INVOKE, 0.25)
