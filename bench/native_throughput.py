@@ -12,7 +12,7 @@ per-round ratios is reported: target soak/bare >= 0.90 with >= 1,000 jobs per so
 `--record` soak of RECORD_S seconds: the replays it kept against replay.DISK_CAP_BYTES.
 
     python bench/native_throughput.py [--program NAME] [--parallel N] [--jobs N] [--rounds R]
-                                      [--record-s S] [--out FILE]
+                                      [--record-s S] [--target T --artifacts DIR]
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._common import header, soak, steady_rate  # noqa: E402
+from bench._common import (add_target_args, artifact, device_uri, header, soak,  # noqa: E402
+                           soak_target, steady_rate)
 from stress.engine import replay  # noqa: E402
 from stress.engine.native import find_tools, prepare, run_argv  # noqa: E402
-from stress.programs import corpus, targets  # noqa: E402
-from stress.programs.cache import ArtifactCache  # noqa: E402
+from stress.programs import corpus  # noqa: E402
 
 
 def bare_rate(argv: list[str], out_dir: Path, jobs: int, parallel: int) -> float:
@@ -53,22 +53,22 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--record-s", type=float, default=60.0)
+    add_target_args(ap)
     args = ap.parse_args()
     header()
     prog = corpus.select([args.program])[0]
-    art = ArtifactCache(Path.home() / ".cache" / "iree-stress").compile_all(
-        [prog], targets.parse("cpu"), jobs=1).artifacts[prog.name].path
+    art = artifact(prog.name, args)
     tools = find_tools(sys.executable)
     with tempfile.TemporaryDirectory() as tmp:
         data = prepare(prog, Path(tmp) / "in")
-        argv = run_argv(tools, art, "local-task", prog.entry, data.inputs, Path(tmp) / "o.npy")
-        print(f"# program {prog.name}, {args.parallel} at once, {args.jobs} jobs per run, "
+        argv = run_argv(tools, art, device_uri(args), prog.entry, data.inputs, Path(tmp) / "o.npy")
+        print(f"# program {prog.name} on {device_uri(args)}, {args.parallel} at once, {args.jobs} jobs per run, "
               f"tool {argv[0]}")
         ratios = []
         for r in range(args.rounds):
             bare = bare_rate(argv, Path(tmp), args.jobs, args.parallel)
             run = Path(tmp) / f"soak{r}"
-            s = soak("--engine", "native", "--target", "cpu", "--programs", prog.name,
+            s = soak("--engine", "native", *soak_target(args), "--programs", prog.name,
                      "--parallel", str(args.parallel), "-n", str(args.jobs), "--seed", "1",
                      "--results", str(run))
             rate = steady_rate(str(run))
@@ -81,7 +81,7 @@ def main() -> None:
               "(target >= 0.90)")
         if args.record_s > 0:
             run = Path(tmp) / "record"
-            s = soak("--engine", "native", "--target", "cpu", "--programs", prog.name,
+            s = soak("--engine", "native", *soak_target(args), "--programs", prog.name,
                      "--parallel", str(args.parallel), "-d", f"{args.record_s:g}s",
                      "--record", "--results", str(run))
             kept = replay.size_of(run)

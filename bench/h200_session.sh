@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The H200 measurements of docs/gpu-runs.md and docs/performance.md, in two device calls (one
+# call may run 10 minutes; the soak runs 10 and must not share the machine with the benches):
+#
+#   bench/h200_session.sh start    # installs the carried wheels, starts the >= 10 min soak in
+#                                  # its own session (it outlives the call), waits ~9.5 min
+#   bench/h200_session.sh finish   # waits for the soak, exports its time line and report,
+#                                  # then the bench ratios on the now idle GPU
+#
+# Prepared here (no compiler, no registry there): the cp312 iree-base-runtime and py-spy wheels
+# in .cache/hgpu/wheels and `iree-stress compile --target cuda --export .cache/hgpu/cuda`.
+# Carry .cache/hgpu. Outputs go to $OUT (the device tool brings them back).
+set -u
+ART=$PWD/.cache/hgpu/cuda
+RUN=/tmp/soak
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+SOAK_S=${SOAK_S:-600}
+
+install() {
+  [ -d /tmp/site/iree ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+    --no-cache-dir --upgrade --target /tmp/site .cache/hgpu/wheels/*.whl || exit 1
+}
+
+case "${1:-}" in
+start)
+  install
+  nvidia-smi -L
+  python3 -c "import iree.runtime as r, numpy; print('iree.runtime', r.__file__)"
+  rm -rf "$RUN" /tmp/soak.done
+  setsid bash -c "python3 bench/parent_memory.py --target cuda --artifacts $ART \
+      --only-all-patterns --programs '' --workers 8 --all-patterns-duration ${SOAK_S}s \
+      --keep $RUN > /tmp/soak.log 2>&1; echo \$? > /tmp/soak.done" < /dev/null &
+  sleep "${START_WAIT_S:-560}"
+  tail -5 /tmp/soak.log
+  ;;
+finish)
+  install
+  for _ in $(seq 1 300); do [ -f /tmp/soak.done ] && break; sleep 1; done
+  echo "soak exit: $(cat /tmp/soak.done 2>/dev/null || echo 'still running')"
+  cp /tmp/soak.log "$OUT/parent_memory-cuda-h200.txt"
+  mkdir -p /tmp/timeline
+  timeout 60 python3 bench/timeline_export.py "$RUN" /tmp/timeline \
+    --known docs/findings/known-cuda.toml > /tmp/timeline/export.log 2>&1
+  cp "$RUN/summary.json" /tmp/timeline/soak-summary.json
+  tar czf "$OUT/timeline.tgz" -C /tmp timeline  # the tool brings back at most 8 files
+  timeout 140 python3 bench/soak_overhead.py --target cuda --artifacts "$ART" --procs 8 \
+    --rounds 3 --seconds 5 > "$OUT/soak_overhead-cuda-h200.txt" 2>&1
+  timeout 100 python3 bench/failure_latency.py --target cuda --artifacts "$ART" --workers 8 \
+    > "$OUT/failure_latency-cuda-h200.txt" 2>&1
+  timeout 170 python3 bench/native_throughput.py --target cuda --artifacts "$ART" \
+    --parallel 8 --jobs 150 --rounds 3 --record-s 0 > "$OUT/native_throughput-cuda-h200.txt" 2>&1
+  ls -la "$OUT" /tmp/timeline
+  ;;
+*)
+  echo "usage: $0 start|finish" >&2
+  exit 2
+  ;;
+esac
