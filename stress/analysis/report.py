@@ -127,7 +127,7 @@ class Report:
     def headline(self) -> str:
         jobs = self.overall.units
         inv = self.data.invocations
-        runs = len(self.summaries)
+        runs = len(self.data.runs)  # a merged folder holds several runs in one store
         if not self.signatures:
             return (f"No failures in {jobs:,} jobs ({inv:,} invocations, {runs} run(s)); "
                     f"failing jobs at most {fmt_rate(self.overall.high)} "

@@ -191,3 +191,15 @@ def test_report_exits_0_when_every_failure_is_known_and_1_when_one_is_new(
     bad.write_text('[[known]]\nsignature = "S1"\n')
     res = run_cli("report", str(run_dir), "--known", str(bad))
     assert res.rc == 2 and "needs a `note`" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_the_headline_of_a_merged_folder_counts_every_run_it_holds(tmp_path: Path) -> None:
+    from stress.store import merge
+
+    shards = [make_run(tmp_path / f"shard{i}") for i in range(3)]
+    merged = tmp_path / "merged"
+    merge.merge(shards, merged)
+    r = report.build([merged])
+    assert "in 180 jobs" in r.headline() and "3 run(s))" in r.headline()
+    # the same runs given as separate folders read the same
+    assert "3 run(s))" in report.build(shards).headline()
