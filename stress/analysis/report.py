@@ -46,7 +46,7 @@ class Finding:
         if s.cls == gpuidle.CLASS:  # no stack: the time line's samples are the evidence
             return s.example or "-"
         if not shown:
-            if s.cls in ("error", "miscompare"):
+            if s.cls in ("error", "miscompare") or s.key.message:  # an exec job's output
                 return s.key.message or "-"
             return f"no native frames (stack source: {src or 'none'})"
         return " < ".join(shown) + (f"   [{src}]" if src and src != "none" else "")
@@ -76,8 +76,10 @@ class Finding:
 
     def rows(self) -> list[tuple[str, str]]:
         """The lines under the headline, as (label, text)."""
-        stackless = self.signature.cls in ("error", "miscompare")
-        out = [("message" if stackless else "frames", self.frames()),
+        s = self.signature
+        label = "message" if s.cls in ("error", "miscompare") else "last output" \
+            if s.key.message and not s.frames and s.cls != gpuidle.CLASS else "frames"
+        out = [(label, self.frames()),
                ("how often", self.how_often()), ("where", self.where()),
                ("other threads", self.others())]
         if self.is_known:

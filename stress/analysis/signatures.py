@@ -10,6 +10,9 @@ interpreter loop, our Python harness), everything above a signal handler frame
 (siglists/signal_handler.txt) is dropped, frames in siglists/prefix.txt do not count toward
 the TOP_FRAMES taken. Frames enter the key without addresses, lines or library versions. Errors
 and miscompares have no stacks: their key is class, step and the message with numbers blanked.
+A crash or hang of an exec job (the user's own command) without native frames keys on the last
+lines of its output instead (the evidence's `output_key`, kept by the exec engine), so two
+commands that die after different assertions are two modes, not one "crash at run".
 The id is a hash of the key's text. What other threads were doing is not in the key (it would
 split one mode by accidental concurrency); correlation.py ranks it.
 """
@@ -231,6 +234,20 @@ def message_key(message: str) -> str:
     return _NUMBERS.sub("#", head)[:MESSAGE_KEY_CHARS]
 
 
+OUTPUT_KEY_JOIN: str = " / "  # between an exec job's last output lines in a key (one line)
+
+
+def output_message(row: dict[str, Any]) -> str:
+    """An exec job's last output lines from the failure's evidence (`output_key`, normalized
+    by the exec engine), each blanked again by `message_key` (idempotent, so a store written
+    before a change of the engine's rules joins), joined on one line; "" when there are none."""
+    lines = (row.get("evidence") or {}).get("output_key")
+    if not isinstance(lines, list):
+        return ""
+    return OUTPUT_KEY_JOIN.join(k for x in lines if isinstance(x, str)
+                                for k in [message_key(x)] if k)
+
+
 @dataclass(frozen=True)
 class SignatureKey:
     cls: str
@@ -392,7 +409,7 @@ def key_of(row: dict[str, Any], stack: StackEvidence | None = None) -> Signature
     stack = stack if stack is not None else failing_stack(row)
     return SignatureKey(cls, row.get("signal") if cls == "crash" else None,
                         key_step(failing_step(row, stack), stack.frames), thread_state(row),
-                        stack.frames, "")
+                        stack.frames, "" if stack.frames else output_message(row))
 
 
 def build(data: RunData) -> list[Signature]:
