@@ -34,14 +34,16 @@ def test_kill_group_also_kills_members_that_ignore_sigterm_after_the_leader_left
     rc = h.kill_group(grace_s=1.0)
     assert rc is not None and rc < 0  # the leader died by SIGTERM
     deadline = time.monotonic() + 5
-    while psutil.pid_exists(child) and time.monotonic() < deadline:
-        try:
-            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
-                break
-        except psutil.NoSuchProcess:
-            break
+    while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    alive = psutil.pid_exists(child) and \
-        psutil.Process(child).status() != psutil.STATUS_ZOMBIE
+    alive = _alive(child)
     assert not alive, "a SIGTERM-ignoring member of the group survived"
     h.close()
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (gone between two psutil calls counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
