@@ -315,8 +315,20 @@ def collect_crash(pid: int, exe: str, core_dir: Path, stderr_text: str, *,
     return CrashEvidence(stacks, kernel, time.monotonic() - t0)
 
 
+_REPRO_ENGINES: frozenset[str] = frozenset({"exec", "native"})  # jobs that are one process
+#   each: `iree-stress repro` reruns exactly that process (the user's command or IREE's tool,
+#   its argv, env, cwd and deadlines from the run's store); a `soak` line cannot say them
+_THIS_FOLDER: str = '"$(cd "$(dirname -- "$0")" && pwd)"'  # the failure folder, wherever the
+#   run folder was moved or copied to (CI artifacts): `repro` finds the run two levels up
+
+
 def repro_command(cfg: SoakConfig, job: Job | None) -> str:
-    """The soak command that reruns a failing job's program, pattern and input seed."""
+    """The shell line of a failure folder's repro.sh that reruns its job: for our workers, the
+    soak of the job's program, pattern and input seed; for one-process jobs (exec, native),
+    `iree-stress repro FOLDER` on the script's own folder (options after `sh repro.sh` such
+    as `--times 5` are passed on)."""
+    if cfg.engine in _REPRO_ENGINES:
+        return f'exec iree-stress repro {_THIS_FOLDER} "$@"'
     argv = ["iree-stress", "soak", "--target", cfg.target.name, "--device", cfg.device_uri,
             "--workers", "1", "--threads", str(cfg.threads), "--seed", str(cfg.seed)]
     if job is not None:
@@ -329,13 +341,21 @@ def repro_command(cfg: SoakConfig, job: Job | None) -> str:
     return shlex.join(argv)
 
 
+def _repro_comment(cfg: SoakConfig) -> str:
+    if cfg.engine in _REPRO_ENGINES:
+        return ("# Reruns the failing job (its command, input seed, environment and deadlines) "
+                "and says\n# how often it fails the same way: iree-stress repro, e.g. sh "
+                "repro.sh --times 5\n")
+    return "# Reruns the failing job's program, pattern and input seed.\n"
+
+
 def write_folder(folder: Path, cfg: SoakConfig, stderr_tail: str, stdout_tail: str,
                  job: Job | None, journal_text: str, extra: dict[str, str]) -> None:
     """One failure's folder: output tails, journal, job, repro script, plus `extra` files."""
     files = {"stderr.tail": stderr_tail, "stdout.tail": stdout_tail,
              "journal.txt": journal_text,
              "job.json": json.dumps(job.as_dict() if job else None, indent=1),
-             "repro.sh": "#!/bin/sh\n# Reruns the failing job's program, pattern and input "
-                         "seed.\n" + repro_command(cfg, job) + "\n", **extra}
+             "repro.sh": "#!/bin/sh\n" + _repro_comment(cfg) + repro_command(cfg, job) + "\n",
+             **extra}
     for name, text in files.items():
         atomic_write(folder / name, text.encode())

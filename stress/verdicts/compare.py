@@ -280,7 +280,7 @@ def render(r: CompareResult) -> str:
         fails = sum(t.failed for t in arm)
         lines.append(f"  {name} {stack:<24} {fails}/{len(arm)} trials "
                      f"failed ({fmt_rate(fails / len(arm)) if arm else '-'}); runtime "
-                     f"{'; '.join(runtimes) or '?'}")
+                     f"{'; '.join(runtimes) or 'not reported'}")
     s = r.b_worse
     if s:
         lines.append(f"  sequential (paired SPRT, theta1 {s['p1']}, alpha {s['alpha']}, beta "
@@ -303,6 +303,57 @@ def render(r: CompareResult) -> str:
 
 # --- the real trials: soaks under built stacks -----------------------------------------------
 
+class Engine(enum.Enum):
+    """What runs a trial's jobs (`--engine`): what a trial must show to count as a result."""
+
+    PYTHON = "python"  # our workers: each reports the runtime it imported
+    NATIVE = "native"  # IREE's tools from the stack's runtime package: no Python worker
+    EXEC = "exec"  # the user's command: it never imports iree.runtime, it has no programs
+
+    def describe(self) -> str:
+        return {Engine.PYTHON: "Python workers", Engine.NATIVE: "IREE's tool processes",
+                Engine.EXEC: "the command after `--`"}[self]
+
+
+def engine_of(base: Any) -> Engine:
+    return Engine(getattr(base, "engine", "python") or "python")
+
+
+def trial_problem(engine: Engine, summary: dict[str, Any], run_dir: Path) -> str:
+    """Why a finished soak is not a result of its stack ('' when it is one). Our workers must
+    report the runtime they imported and finish jobs; an exec or native job reports no runtime
+    (no Python worker ran), and a job that failed is as much a result as one that passed (an
+    exec job that crashed leaves no job row, only its failure): one job either way is enough."""
+    if engine is Engine.PYTHON:
+        if not summary.get("manifest", {}).get("iree_runtime") or not summary.get("jobs"):
+            return f"no worker reported its runtime or ran a job (see {run_dir})"
+        return ""
+    ran = int(summary.get("jobs", 0)) + sum(summary.get("failures", {}).values())
+    return "" if ran else f"{engine.describe()} ran no job (see {run_dir})"
+
+
+def exec_preflight(built: Any, base: Any) -> str:
+    """Can the command start under the stack? '' when its executable is found (on the PATH
+    the jobs get: the stack's venv first) and executable. `stacks.preflight` asks the stack's
+    interpreter to import iree.runtime, which says nothing about the user's command."""
+    import os
+
+    from stress.engine.execrunner import resolve_executable
+
+    if not base.command:
+        return "--engine exec needs a command after `--`"
+    if "{" in base.command[0]:  # a placeholder in the executable: known per job only
+        return ""
+    env = {**os.environ, **base.env, **built.env}
+    if built.venv:
+        env["PATH"] = os.pathsep.join([str(Path(built.python).parent), env.get("PATH", "")])
+    cwd = Path(base.cwd) if getattr(base, "cwd", None) else Path.cwd()
+    exe = resolve_executable(base.command[0], cwd, env)
+    if not os.path.isfile(exe) or not os.access(exe, os.X_OK):
+        return f"the command {base.command[0]!r} is not an executable file under this stack"
+    return ""
+
+
 class SoakTrials:
     """Runs trial i of stack S as a soak with the base options, S's interpreter and env, and
     artifacts from S's compiler when it pins one; writes RUN/stack.json (freeze, runtime,
@@ -322,7 +373,9 @@ class SoakTrials:
             return self.artifacts[name]
         built = self.built[name]
         path: Path | None = self.base.artifacts
-        if built.compiler:
+        if engine_of(self.base) is Engine.EXEC:  # the user's command: no programs to compile
+            path = None
+        elif built.compiler:
             from stress.programs import cache, targets
             from stress.soak import choose_programs
 
@@ -343,8 +396,10 @@ class SoakTrials:
 
         built = self.built[stack]
         run_dir = self.out_dir / stack / f"trial-{index:04d}"
+        engine = engine_of(self.base)
         if stack not in self.checked:
-            self.checked[stack] = preflight(built, self.base.env)
+            self.checked[stack] = exec_preflight(built, self.base) if engine is Engine.EXEC \
+                else preflight(built, self.base.env)
         if self.checked[stack]:
             return Trial(stack, index, seed, False, harness=f"cannot start: "
                          f"{self.checked[stack]}", run_dir=str(run_dir))
@@ -368,10 +423,12 @@ class SoakTrials:
         if summary.get("harness_errors"):
             harness = (f"{summary['harness_errors']} worker(s) could not start "
                        f"(harness errors; see {run_dir})")
+        elif summary.get("status") == "failed":  # the soak itself broke: not a result
+            harness = f"the soak failed: {summary.get('stop_reason') or '?'} (see {run_dir})"
         elif problems:
             harness = "; ".join(problems)
-        elif not manifest.get("iree_runtime") or not summary.get("jobs"):
-            harness = f"no worker reported its runtime or ran a job (see {run_dir})"
+        else:
+            harness = trial_problem(engine, summary, run_dir)
         sigs = tuple((s["id"], s["key"]) for s in summary.get("signatures", []))
         trial = Trial(stack, index, seed, bool(summary["failed"]), int(summary.get("jobs", 0)),
                       sum(summary["failures"].values()), sigs, harness, str(run_dir),
