@@ -29,8 +29,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._common import (add_target_args, artifact, device_uri, header, soak,  # noqa: E402
-                           soak_target, steady_rate)
+from bench._common import (  # noqa: E402
+    add_target_args,
+    artifact,
+    device_uri,
+    header,
+    soak,
+    soak_target,
+    steady_rate,
+)
 from stress.engine import replay  # noqa: E402
 from stress.engine.native import find_tools, prepare, run_argv  # noqa: E402
 from stress.programs import corpus  # noqa: E402
@@ -62,8 +69,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = prepare(prog, Path(tmp) / "in")
         argv = run_argv(tools, art, device_uri(args), prog.entry, data.inputs, Path(tmp) / "o.npy")
-        print(f"# program {prog.name} on {device_uri(args)}, {args.parallel} at once, {args.jobs} jobs per run, "
-              f"tool {argv[0]}")
+        print(f"# program {prog.name} on {device_uri(args)}, {args.parallel} at once, "
+              f"{args.jobs} jobs per run, tool {argv[0]}")
         ratios = []
         for r in range(args.rounds):
             bare = bare_rate(argv, Path(tmp), args.jobs, args.parallel)

@@ -70,6 +70,10 @@ class ProbeResult:
     failures: list[dict[str, Any]] = field(default_factory=list)
 
 
+_REAP_TIMEOUT_S: float = 5.0  # after SIGKILL: a probe still not reaped is left behind (it is
+#   in the kernel; its process group was killed and it is reported as stalled)
+
+
 def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: float) -> tuple[
         str, list[dict[str, Any]], int | None, str, str, int]:
     """Runs the probe for one driver: (driver, stage lines, returncode or None when it stalled,
@@ -110,7 +114,10 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            proc.wait()
+            try:  # a process stuck in the kernel (a GPU driver's D state) may never go
+                proc.wait(timeout=_REAP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pass
             rc = None
             break
     proc.stdout.close()
