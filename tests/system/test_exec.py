@@ -5,9 +5,11 @@ hang, the crash's frame from its core, and no process left behind."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -20,15 +22,20 @@ pytestmark = pytest.mark.system
 _CRASH_PCT, _HANG_PCT = 30, 30  # the program's own rule (tests/native/flaky.c)
 
 
-@pytest.fixture(scope="module")
-def flaky(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build_flaky(folder: Path) -> Path:
+    """tests/native/flaky.c built into `folder` (skips the test without a C compiler)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler")
-    out = tmp_path_factory.mktemp("flaky") / "flaky"
+    out = folder / "flaky"
     subprocess.run([cc, "-O0", "-g", "-pthread", "-o", str(out),
                     str(REPO / "tests" / "native" / "flaky.c")], check=True)
     return out
+
+
+@pytest.fixture(scope="module")
+def flaky(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_flaky(tmp_path_factory.mktemp("flaky"))
 
 
 def mode_of(seed: int) -> str:
@@ -134,3 +141,44 @@ def test_parallel_copies_run_at_once_each_with_its_own_gpu_slot(tmp_path: Path) 
     overlapping = [(a, b) for a, b in zip(runs, runs[1:], strict=False) if b[0] < a[1]]
     assert overlapping and all(a[2] != b[2] for a, b in overlapping)
     assert json.loads(res.stdout)["invocations"] == 6
+
+
+def test_an_exec_soak_started_in_an_empty_folder_keeps_that_folder_and_runs_every_job(
+        tmp_path: Path) -> None:
+    here = tmp_path / "empty"  # the command runs where iree-stress was started
+    here.mkdir()
+    res = run_cli("soak", "--engine", "exec", "-n", "3", "--json", "-q",
+                  "--results", str(tmp_path / "run"), "--", "true", cwd=here, timeout=120)
+    assert res.rc == 0, res.stderr[-3000:]
+    assert here.is_dir()  # tidying a clean job once removed the user's (empty) folder
+    assert json.loads(res.stdout)["jobs"] == 3
+
+
+def test_the_repro_sh_of_an_exec_failure_reruns_its_command_from_a_moved_run_folder(
+        tmp_path: Path, flaky: Path) -> None:
+    run, moved = tmp_path / "run", tmp_path / "elsewhere" / "run"
+    res = run_cli("soak", "--engine", "exec", "--done-regex", "^done$", "-n", "2", "-q",
+                  "--results", str(run), "--", str(flaky), "{seed}", "100", "0", timeout=120)
+    assert res.rc == 1, res.stderr[-3000:]
+    shutil.copytree(run, moved)  # CI artifacts are read where they were downloaded
+    folder = sorted((moved / "failures").iterdir())[0]
+    seed = json.loads((folder / "job.json").read_text())["seed"]
+    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    rerun = run_cli_sh(folder / "repro.sh", "--times", "2", "-q", env=env)
+    assert rerun.returncode == 1, rerun.stderr[-3000:]  # it failed again
+    assert "crash again in 2/2 runs" in rerun.stdout
+    out = next(folder.glob("repro-*"))
+    db = sqlite3.connect(out / "stress.db")
+    rows = list(db.execute("SELECT class, signal FROM failures"))
+    assert rows == [("crash", "SIGSEGV")] * 2
+    reran = {json.loads((Path(a) / "job.json").read_text())["seed"]
+             for (a,) in db.execute("SELECT artifacts FROM failures")}
+    assert reran == {seed}  # the failing job's own input seed, in its own argv
+    assert f"running job with seed {seed} " in (Path(next(iter(
+        db.execute("SELECT artifacts FROM failures")))[0]) / "stdout.tail").read_text()
+
+
+def run_cli_sh(script: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`sh SCRIPT ARGS` from another folder, as a user runs a failure's repro.sh."""
+    return subprocess.run(["sh", str(script), *args], capture_output=True, text=True,
+                          timeout=120, cwd="/", env={**os.environ, **env})
