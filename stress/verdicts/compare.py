@@ -344,7 +344,9 @@ def exec_preflight(built: Any, base: Any) -> str:
         return "--engine exec needs a command after `--`"
     if "{" in base.command[0]:  # a placeholder in the executable: known per job only
         return ""
-    env = {**os.environ, **base.env, **built.env}
+    from stress.verdicts.stacks import command_env
+
+    env = {**os.environ, **base.env, **command_env(built, base.env)}
     if built.venv:
         env["PATH"] = os.pathsep.join([str(Path(built.python).parent), env.get("PATH", "")])
     cwd = Path(base.cwd) if getattr(base, "cwd", None) else Path.cwd()
@@ -392,7 +394,7 @@ class SoakTrials:
 
     def run(self, stack: str, index: int, seed: int) -> Trial:
         from stress.soak import run_soak
-        from stress.verdicts.stacks import check_facts, preflight
+        from stress.verdicts.stacks import check_facts, command_env, preflight
 
         built = self.built[stack]
         run_dir = self.out_dir / stack / f"trial-{index:04d}"
@@ -404,8 +406,10 @@ class SoakTrials:
             return Trial(stack, index, seed, False, harness=f"cannot start: "
                          f"{self.checked[stack]}", run_dir=str(run_dir))
         try:
+            stack_env = command_env(built, self.base.env) if engine is Engine.EXEC else \
+                built.env
             opts = replace(self.base, python=built.python if built.venv else self.base.python,
-                           env={**self.base.env, **built.env}, seed=seed, results=run_dir,
+                           env={**self.base.env, **stack_env}, seed=seed, results=run_dir,
                            progress=False, artifacts=self._artifacts(stack))
             summary = run_soak(opts)
         except UsageError as exc:  # the probe refused the driver, a compile failed...

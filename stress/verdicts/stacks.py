@@ -28,6 +28,11 @@ file:PATH` in the workers' env); otherwise IREE's `dlopen("libamdhip64.so")` sil
 whatever the loader finds (often /opt/rocm). After each trial `check_facts` compares what the
 workers report (runtime version, iree.runtime path, loaded GPU libraries) with the stack: a
 mismatch is a StackError (the trial is not a result).
+
+Under `--engine exec` (the user's own command) a stack is an environment for that command:
+its env, its venv's bin/ first on PATH, and for a ROCm side its tree's bin/ and lib/ first on
+PATH and LD_LIBRARY_PATH (`command_env`). Nothing then reports what the command loaded, so
+`check_facts` has nothing to check for it.
 """
 
 from __future__ import annotations
@@ -396,6 +401,32 @@ def build(stack: Stack, cache_dir: Path, log: Any = None) -> Built:
         built.hip_library = hip
         built.env[ENV_HIP_DYLIB] = f"file:{hip}"
     return built
+
+
+_COMMAND_PATHS: tuple[tuple[str, str], ...] = (("PATH", "bin"), ("LD_LIBRARY_PATH", "lib"))
+#   what a ROCm tree gives a user's command (exec engine): its tools first on PATH (ctest
+#   finds hipcc, rocminfo...), its libraries first for the loader (a test linked against
+#   libamdhip64 or hipBLASLt takes the stack's, not /opt/rocm's)
+
+
+def command_env(built: Built, inherited: Mapping[str, str]) -> dict[str, str]:
+    """The environment a user's command (`--engine exec`) gets under this stack: the stack's
+    env and, for a ROCm side, the tree holding its HIP library first on PATH and
+    LD_LIBRARY_PATH (before `inherited`'s, else the process's own). A variable the stack's
+    env sets itself is left as it says. Our workers need none of this: IREE's HIP driver is
+    bound by IREE_HIP_DYLIB_PATH alone."""
+    env = dict(built.env)
+    if not built.hip_library:
+        return env
+    lib_dir = Path(built.hip_library).parent
+    root = lib_dir.parent if lib_dir.name == "lib" else lib_dir
+    for key, sub in _COMMAND_PATHS:
+        folder = lib_dir if sub == "lib" else root / sub
+        if key in dict(built.stack.env) or not folder.is_dir():
+            continue
+        rest = inherited.get(key, os.environ.get(key, ""))
+        env[key] = os.pathsep.join([str(folder), rest]) if rest else str(folder)
+    return env
 
 
 def _freeze_current() -> list[str]:

@@ -5,6 +5,7 @@ users see the verdicts (exit code and text)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,42 @@ def test_gate_fails_a_command_that_often_crashes_after_its_work_is_done(
         tmp_path: Path, flaky: Path) -> None:
     rc, text = exec_gate(tmp_path / "often", flaky, 90, "--done-regex", "^done$")
     assert rc == 1 and text.startswith("GATE FAIL"), text
+
+
+_PROBE = """#!/bin/sh
+# a test from a ROCm tree: passes only when its own tree's libraries come first
+case "$LD_LIBRARY_PATH" in "{lib}"*) exit {rc} ;; esac
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH is not this tree's" >&2
+exit 2
+"""
+
+
+def fake_rocm_tree(root: Path, rc: int) -> Path:
+    """An unpacked TheRock-like folder: lib/libamdhip64.so (what a stack binds) and a test
+    tool in bin/ that exits `rc` when it runs with this tree's lib/ first."""
+    (root / "lib").mkdir(parents=True)
+    (root / "lib" / "libamdhip64.so").write_bytes(b"")
+    (root / "bin").mkdir()
+    tool = root / "bin" / "rocm-selftest"
+    tool.write_text(_PROBE.format(lib=root / "lib", rc=rc))
+    tool.chmod(0o755)
+    return root
+
+
+def test_compare_runs_the_command_from_each_stack_s_rocm_tree_first_on_path_and_loader_path(
+        tmp_path: Path) -> None:
+    good, bad = fake_rocm_tree(tmp_path / "rocm-a", 0), fake_rocm_tree(tmp_path / "rocm-b", 1)
+    stacks = tmp_path / "stacks.toml"
+    stacks.write_text(f'[stacks.a]\nrocm = "{good}"\n\n[stacks.b]\nrocm = "{bad}"\n')
+    out = tmp_path / "cmp"
+    res = run_cli("compare", "a", "b", "--stacks", str(stacks), "--engine", "exec", "-n", "1",
+                  "--seed", "1", "--results", str(out), "--", "rocm-selftest", timeout=300)
+    assert res.rc == 1, res.stdout + res.stderr[-3000:]
+    assert res.stdout.startswith("VERDICT  B worse  (A = a, B = b;")
+    saved = json.loads((out / "compare.json").read_text())
+    for trial in saved["per_trial"]:  # B's failures are its tool's exit 1, never the exit 2
+        #   of a tool that ran with another tree's libraries
+        db = sqlite3.connect(Path(trial["run_dir"]) / "stress.db")
+        messages = [m for (m,) in db.execute("SELECT message FROM failures")]
+        assert all("status 1 " in m for m in messages), messages
+        assert bool(messages) == (trial["stack"] == "b")
