@@ -5,8 +5,9 @@ The fake engine: W worker slots finish jobs in turn. Each worker process has its
 propensity (mean mu, gamma-distributed: some processes are worse than others); after a failure
 the next BURST jobs of that process fail with probability Q_BURST (a churn helper failing in
 bursts); a failure is a crash with probability P_CRASH, which ends the process (its slot starts
-a new process: a new cluster). Model `independent` has none of this (every job its own
-process, one fixed rate).
+a new process: a new cluster). As the real gate's workers, a process retires after
+gate.GATE_JOBS_PER_WORKER jobs (its successor is a new cluster). Model `independent` has none
+of this (every job its own process, one fixed rate).
 
 Each simulated gate is stress.verdicts.gate.SequentialTest, the code the real gate runs: it
 looks every CHECK jobs (the real gate looks once a second; a cpu soak finishes ~50-100 jobs a
@@ -38,7 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import header  # noqa: E402
 from stress.analysis.stats import Decision  # noqa: E402
-from stress.verdicts.gate import GateSpec, SequentialTest, first_decision  # noqa: E402
+from stress.verdicts.gate import (  # noqa: E402
+    GATE_JOBS_PER_WORKER,
+    GateSpec,
+    SequentialTest,
+    first_decision,
+)
 
 BURST: int = 3  # jobs after a failure that stay at risk (as bench/interval_coverage.py)
 Q_BURST: float = 0.5  # failure probability of a job inside a burst
@@ -83,7 +89,8 @@ class FakeEngine:
         self.next_cluster += 1
         p = self.mu * self.rng.gammavariate(shape, 1 / HETEROGENEITY_SHAPE) \
             if self.model.heterogeneous else self.mu
-        return [float(self.next_cluster), min(p, 1.0), 0.0]  # cluster, propensity, burst left
+        return [float(self.next_cluster), min(p, 1.0), 0.0, 0.0]  # cluster, propensity,
+        #   burst left, jobs done
 
     def job(self) -> tuple[int, bool]:
         if not self.model.clustered:
@@ -91,7 +98,8 @@ class FakeEngine:
             return self.next_cluster, self.rng.random() < self.mu
         i = self.turn
         self.turn = (self.turn + 1) % len(self.slots)
-        cluster, p, burst = self.slots[i]
+        cluster, p, burst, done = self.slots[i]
+        self.slots[i][3] = done + 1
         q = Q_BURST if burst > 0 else p
         failed = self.rng.random() < q
         self.slots[i][2] = max(0.0, burst - 1)
@@ -99,6 +107,8 @@ class FakeEngine:
             self.slots[i][2] = BURST
             if self.rng.random() < P_CRASH:
                 self.slots[i] = self._new_process()
+        if self.slots[i][0] == cluster and done + 1 >= GATE_JOBS_PER_WORKER:
+            self.slots[i] = self._new_process()  # retired: its successor is a new cluster
         return int(cluster), failed
 
 
@@ -166,9 +176,10 @@ def main() -> None:
           f"in flight per worker after the stop")
     print("bursts+crash: after a failure the next 3 jobs of its process fail at q=0.5; a "
           "failure crashes its process (new cluster) with p=0.4; +per-process: each process's "
-          "propensity ~ mu x gamma(shape 1.5); true rate and deff over soaks of the fixed "
-          "design's length, started in the steady state; fixed n = binomial n x max(deff, "
-          "the gate's prior design effect)")
+          "propensity ~ mu x gamma(shape 1.5); a process retires after "
+          f"{GATE_JOBS_PER_WORKER} jobs (the gate's default); true rate and deff over soaks "
+          "of the fixed design's length, started in the steady state; fixed n = binomial n x "
+          "max(deff, the gate's prior design effect)")
     print(f"{'model':<12} {'W':>2} {'true':>7} {'deff':>5} {'bound R':>8} {'truth is':>9} "
           f"{'PASS':>6} {'FAIL':>6} {'INCONC':>6} {'false':>6} {'mean jobs':>9} {'p90 jobs':>8} "
           f"{'fixed n':>7} {'saved':>6}")

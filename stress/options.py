@@ -112,6 +112,10 @@ def run_options(f: F) -> F:
                           "hang."),
         click.option("--max-worker-restarts", type=click.IntRange(0), default=50,
                      show_default=True),
+        click.option("--max-jobs-per-worker", type=click.IntRange(1), default=None,
+                     help="Retire a pool worker after this many jobs (a fresh process takes "
+                          "its place): bounded clusters for the statistics. Default: none; "
+                          "gate: 100."),
         click.option("--inject", multiple=True, metavar="KIND@STEP[:PROB]",
                      help="Inject a real fault: segv|abort|kill|hang|exit|raise|corrupt at a "
                           "journal step (invoke, device-release, ...)."),
@@ -174,4 +178,5 @@ def soak_options_from(kw: dict[str, Any], duration_s: float | None, progress: bo
         max_worker_restarts=kw["max_worker_restarts"], inject=list(kw["inject"]),
         python=kw["python"], shard=shard.pair, job_seed=kw["job_seed"],
         artifacts=kw["artifacts"], cache_dir=Path(kw["cache_dir"]),
-        compile_jobs=kw["compile_jobs"], progress=progress, argv=argv)
+        compile_jobs=kw["compile_jobs"], progress=progress, argv=argv,
+        max_jobs_per_worker=kw.get("max_jobs_per_worker"))

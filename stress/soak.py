@@ -56,6 +56,7 @@ class SoakOptions:
     done_regex: str | None = None  # exec: the command's "work finished" line
     record: bool = False  # native: record HAL replays
     cwd: Path | None = None  # exec: where the command runs (default: here)
+    max_jobs_per_worker: int | None = None  # retire pool workers after this many jobs
 
 
 def resolve_patterns(names: list[str]) -> list[str]:
@@ -212,7 +213,8 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
         max_worker_restarts=opts.max_worker_restarts, inject=opts.inject, python=opts.python,
         shard=opts.shard, job_seed=opts.job_seed, command=shlex.join(argv),
         progress=opts.progress, compiler_version=compiler_version,
-        tool_version=__version__, engine=opts.engine, record=opts.record)
+        tool_version=__version__, engine=opts.engine, record=opts.record,
+        max_jobs_per_worker=opts.max_jobs_per_worker)
     runner = None
     if native:
         from stress.engine.native import ONE_PROCESS_SCALE, NativeRunner

@@ -49,6 +49,7 @@ class SoakConfig:
     exec_cwd: str = ""  # exec: where the command runs (where iree-stress was started)
     done_regex: str | None = None  # exec: the command's "work finished" output line
     record: bool = False  # native: record each job's HAL stream (--device_replay_output)
+    max_jobs_per_worker: int | None = None  # a pool worker retires after this many jobs
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -63,4 +64,5 @@ class SoakConfig:
             "job_scale": self.job_scale, "engine": self.engine,
             "exec_argv": self.exec_argv, "exec_cwd": self.exec_cwd,
             "done_regex": self.done_regex, "record": self.record,
+            "max_jobs_per_worker": self.max_jobs_per_worker,
         }

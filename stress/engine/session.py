@@ -262,22 +262,27 @@ class Session:
         if self.stopping:
             return
         pool = [h for h in self.workers.values() if not h.ephemeral]
-        if self.pool_patterns and len(pool) < self.cfg.workers:
-            for _ in range(self.cfg.workers - len(pool)):
+        limit = self.cfg.max_jobs_per_worker
+        # a worker that has had its jobs finishes them and leaves; its successor starts at once
+        active = [h for h in pool if limit is None or h.jobs_sent < limit]
+        if self.pool_patterns and len(active) < self.cfg.workers:
+            for _ in range(self.cfg.workers - len(active)):
                 if not self.pool_queue and not self._peek_more(False):
                     break
                 self.start_worker(ephemeral=False)
         for h in pool:
             batch: list[Job] = []
-            while h.state is State.RUNNING and \
-                    len(h.outstanding) + len(batch) < 2 * self.cfg.threads:
+            room = 2 * self.cfg.threads if limit is None else \
+                min(2 * self.cfg.threads, limit - h.jobs_sent + len(h.outstanding))
+            while h.state is State.RUNNING and len(h.outstanding) + len(batch) < room:
                 job = self.next_job(False)
                 if job is None:
                     break
                 batch.append(job)
             h.send_jobs(batch)
-            if h.state is State.RUNNING and not h.outstanding and self.stream_done \
-                    and not self.pool_queue:
+            retired = limit is not None and h.jobs_sent >= limit
+            if h.state is State.RUNNING and not h.outstanding and (
+                    retired or (self.stream_done and not self.pool_queue)):
                 h.stop()
         ephemeral = [h for h in self.workers.values() if h.ephemeral and not
                      (h.watch is not None and h.proc.returncode is not None)]  # exited tool

@@ -65,6 +65,7 @@ class WorkerHandle:
     started: float = field(default_factory=time.monotonic)
     state: State = State.RUNNING
     outstanding: dict[int, Job] = field(default_factory=dict)
+    jobs_sent: int = 0  # every job ever sent (--max-jobs-per-worker)
     recent: dict[int, Job] = field(default_factory=dict)  # finished jobs, for teardown blame
     hello_at: float | None = None
     bye_at: float | None = None
@@ -141,6 +142,7 @@ class WorkerHandle:
             return True
         for job in jobs:
             self.outstanding[job.index] = job
+        self.jobs_sent += len(jobs)
         if self.stdin is None or self.state is State.EXITED:
             return False
         data = "".join(json.dumps(["job", j.as_dict()]) + "\n" for j in jobs)

@@ -87,10 +87,6 @@ def test_gate_passes_a_command_that_never_fails_and_fails_one_that_often_fails(
     assert "crash SIGSEGV" in text and "teardown_crash" in text  # its frame, from the core
 
 
-@pytest.mark.xfail(strict=True, reason="gate.evaluate counts only failures rated per job: a "
-                   "crash after the done marker is rated per process exit, so the store's "
-                   "verdict (0 failing jobs) contradicts the live observer's FAIL: "
-                   "INCONCLUSIVE (fix in stress/verdicts/gate.py, issue 14 report)")
 def test_gate_fails_a_command_that_often_crashes_after_its_work_is_done(
         tmp_path: Path, flaky: Path) -> None:
     rc, text = exec_gate(tmp_path / "often", flaky, 90, "--done-regex", "^done$")
