@@ -96,3 +96,20 @@ def test_an_unusable_gpu_driver_names_the_library_and_the_usable_drivers() -> No
     assert "libamdhip64" in line and "IREE_HIP_DYLIB_PATH" in line
     assert "usable drivers: " in line and "local-task" in line
     assert "Traceback" not in res.stderr
+
+
+def test_max_jobs_per_worker_retires_each_pool_worker_and_a_fresh_one_takes_its_place(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    run = tmp_path / "run"
+    res = run_cli("soak", "--target", "cpu", "--programs", "binary.add.f32.3x5x7+3x5x7",
+                  "--patterns", "shared,churn", "--workers", "2", "--duration", "6s",
+                  "--max-jobs-per-worker", "5", "--json", "-q", "--results", str(run))
+    assert res.rc == 0, res.stderr[-3000:]
+    s = res.json()
+    assert s["manifest"]["config"]["max_jobs_per_worker"] == 5
+    db = sqlite3.connect(run / "stress.db")
+    per_pid = [n for (n,) in db.execute("SELECT COUNT(*) FROM jobs GROUP BY pid")]
+    assert sum(per_pid) == s["jobs"] and max(per_pid) <= 5
+    assert len(per_pid) >= 4  # retired workers were replaced, the soak went on
+    outcomes = {o for (o,) in db.execute("SELECT outcome FROM workers")}
+    assert outcomes == {"clean"}, outcomes  # a retirement is not a failure
