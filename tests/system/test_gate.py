@@ -13,6 +13,7 @@ the slow one gates at 0.01 with a 240 s budget (docs/ci.md, "How long a PASS tak
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,13 @@ def test_a_clean_stack_passes_within_90_seconds_at_5_percent(tmp_path: Path) -> 
                   "--patterns", _FAST_PATTERNS)
     assert rc == 0 and d["verdict"] == "PASS", d["reason"]
     assert "gate decided: PASS" in d["runs"][0]["stop_reason"]  # type: ignore[index]
+    # the gate's pool workers retire after 100 jobs (many bounded clusters: docs/ci.md)
+    store, = tmp_path.rglob("stress.db")
+    db = sqlite3.connect(store)
+    config = json.loads(db.execute("SELECT manifest FROM runs").fetchone()[0])["config"]
+    assert config["max_jobs_per_worker"] == 100
+    assert max(n for (n,) in db.execute(
+        "SELECT COUNT(*) FROM jobs WHERE pattern != 'process-per-job' GROUP BY pid")) <= 100
 
 
 @pytest.mark.slow
