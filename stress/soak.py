@@ -270,10 +270,14 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[s
         command.validate()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    exe = resolve_executable(command.argv[0], command.cwd, {**os.environ, **opts.env})
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        where = "" if os.sep in command.argv[0] else " on PATH"
+        raise UsageError(f"cannot run the command: {command.argv[0]!r} is not an executable "
+                         f"file{where} ({exe})")
     seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(3), "little")
     run_id, run_dir = make_run_dir(opts.results, seed)
     program = exec_program(command.argv)
-    exe = resolve_executable(command.argv[0], command.cwd, {**os.environ, **opts.env})
     duration = opts.duration_s
     if duration is None and opts.invocations is None:
         duration = 20.0

@@ -79,6 +79,9 @@ def test_a_fusilli_style_torch_program_soaks_with_generated_inputs(tmp_path: Pat
     (["--env", "NOEQUALS"], "--env wants KEY=VALUE"),
     (["--cache-dir", "/proc/no-cache-here", "--results", "/tmp/iree-stress-cache-test"],
      "cache dir /proc/no-cache-here is not writable"),
+    (["--engine", "exec", "--", "/nonexistent/prog"],
+     "cannot run the command: '/nonexistent/prog' is not an executable file"),
+    (["--engine", "exec", "--", "no-such-command-here"], "is not an executable file on PATH"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     res = run_cli("soak", "-q", "--duration", "5s", *args)
