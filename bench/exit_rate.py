@@ -286,7 +286,8 @@ def _git_commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "stress", "bench"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "stress", "bench",
+                                ":!bench/results"],  # other benches' outputs are not code
                                cwd=ROOT, capture_output=True, text=True).stdout.strip()
         return head + (" (+ uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
