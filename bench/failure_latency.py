@@ -46,6 +46,14 @@ def main() -> None:
                      "--duration", "120s", "--results", f"{tmp}/crash")
         show("crash noticed after the worker's last record",
              timings(crash["results_dir"], "noticed_after_last_record_s"), 0.5)
+        cores = [json.loads(f.read_text()).get("core_bytes") for f in
+                 Path(crash["results_dir"], "failures").glob("*/failure.json")]
+        sizes = sorted(c / 2**20 for c in cores if c)
+        if sizes:  # the kernel writes the core before the death is visible to the parent
+            print(f"{'  core written first (size)':44s} n={len(sizes):3d}  median "
+                  f"{statistics.median(sizes):6.0f} MiB  max {sizes[-1]:6.0f} MiB")
+        else:
+            print(f"{'  core written first (size)':44s} no core read")
         hang = soak(*common, "--inject", "hang@invoke:0.002", "--inject",
                     "hang@device-release:0.01", "--max-failures", "10", "--duration", "180s",
                     "--results", f"{tmp}/hang")

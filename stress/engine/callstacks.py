@@ -74,6 +74,8 @@ class Stacks:
     text: str
     crashed_tid: int | None = None
     core: Path | None = None
+    core_bytes: int | None = None  # size of the core read (the kernel wrote it before the
+    #   death was visible: a large core delays noticing the crash)
     threads: list[ThreadStack] = field(default_factory=list)
     signal: int | None = None
     note: str = ""
@@ -105,7 +107,7 @@ class Stacks:
         return {"tool": self.tool.value, "crashed_tid": self.crashed_tid,
                 "signal": procstate.signal_name(self.signal),
                 "crash_frames": self.crash_frames()[:12], "note": self.note or None,
-                "threads": len(self.threads)}
+                "threads": len(self.threads), "core_bytes": self.core_bytes}
 
     def render(self) -> str:
         """stacks.txt: a header naming the tool and the crashed thread, then the raw text."""

@@ -314,6 +314,7 @@ def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
         notes_text.append(why)
     crashed = notes.crashed_tid if notes else None
     signum = notes.signal if notes else None
+    core_bytes = _size(core) if core is not None else None
     result: Stacks | None = None
     try:
         if core is not None:
@@ -337,8 +338,16 @@ def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
         result.crashed_tid = crashed
     result.signal = signum if signum else result.signal
     result.core = core if keep else None
+    result.core_bytes = core_bytes
     result.note = "; ".join(notes_text)
     return result
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def _read_core(core: Path, exe: str, crashed: int | None, left: Callable[[], float],
