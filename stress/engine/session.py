@@ -127,6 +127,7 @@ class Session:
         self.next_worker_id = 0
         self.generation: Counter[int] = Counter()
         self.restarts = 0
+        self.pool_started = 0  # pool workers started (the first --workers stagger their limits)
         self.restart_times: deque[float] = deque()
         self.folders = 0  # evidence folders written (crashes and hangs only)
         self.failure_count = 0  # what --max-failures counts: process failures + failed jobs
@@ -262,27 +263,23 @@ class Session:
         if self.stopping:
             return
         pool = [h for h in self.workers.values() if not h.ephemeral]
-        limit = self.cfg.max_jobs_per_worker
-        # a worker that has had its jobs finishes them and leaves; its successor starts at once
-        active = [h for h in pool if limit is None or h.jobs_sent < limit]
-        if self.pool_patterns and len(active) < self.cfg.workers:
-            for _ in range(self.cfg.workers - len(active)):
+        if self.pool_patterns and len(pool) < self.cfg.workers:
+            for _ in range(self.cfg.workers - len(pool)):
                 if not self.pool_queue and not self._peek_more(False):
                     break
                 self.start_worker(ephemeral=False)
         for h in pool:
             batch: list[Job] = []
-            room = 2 * self.cfg.threads if limit is None else \
-                min(2 * self.cfg.threads, limit - h.jobs_sent + len(h.outstanding))
+            room = 2 * self.cfg.threads if h.job_limit is None else \
+                min(2 * self.cfg.threads, h.job_limit - h.jobs_sent + len(h.outstanding))
             while h.state is State.RUNNING and len(h.outstanding) + len(batch) < room:
                 job = self.next_job(False)
                 if job is None:
                     break
                 batch.append(job)
             h.send_jobs(batch)
-            retired = limit is not None and h.jobs_sent >= limit
             if h.state is State.RUNNING and not h.outstanding and (
-                    retired or (self.stream_done and not self.pool_queue)):
+                    h.retiring or (self.stream_done and not self.pool_queue)):
                 h.stop()
         ephemeral = [h for h in self.workers.values() if h.ephemeral and not
                      (h.watch is not None and h.proc.returncode is not None)]  # exited tool
@@ -361,11 +358,23 @@ class Session:
             sys.stderr.write(f"iree-stress: exit paths now use spawn: {exc}\n")
             h = self.exit_runner.launch(spec)
         h.facts_worker = spec.facts
+        if not ephemeral and self.cfg.max_jobs_per_worker is not None:
+            h.job_limit = self._job_limit()
         h.db_row = self.store.add_worker(self.run_id, wid, gen, h.pid)
         if len(self.devices) > 1 and self.timeline_store is not None:
             self.timeline_store.set_worker_device(h.db_row, self.device_for(wid))
         self.workers[wid] = h
         return h
+
+    def _job_limit(self) -> int:
+        """--max-jobs-per-worker, staggered for the first pool workers (k of W gets (k+1)/W of
+        it), so that they do not all retire, and restart, at the same moment."""
+        limit = self.cfg.max_jobs_per_worker or 1
+        k = self.pool_started
+        self.pool_started += 1
+        if k < self.cfg.workers:
+            return max(1, limit * (k + 1) // self.cfg.workers)
+        return limit
 
     # ---- messages ----------------------------------------------------------------------
     def dispatch(self, h: WorkerHandle, name: str, payload: dict[str, Any]) -> None:
@@ -450,7 +459,9 @@ class Session:
     def restart(self, h: WorkerHandle) -> None:
         """Replaces a dead pool worker, within --max-worker-restarts per _RESTART_WINDOW_S (a
         long soak of a crashy stack goes on; a restart storm stops it)."""
-        if h.ephemeral or self.stopping or not self.count_restart():
+        if h.ephemeral or self.stopping:
+            return
+        if not h.retiring and not self.count_restart():  # a retiree is replaced anyway
             return
         self.restarts += 1
         self.workers.pop(h.worker_id, None)
@@ -474,6 +485,8 @@ class Session:
         h.close()
         if self.workers.get(h.worker_id) is h:
             del self.workers[h.worker_id]
+            if h.retiring and not self.stopping:  # its successor: same worker id, same device
+                self._spawn(h.worker_id, ephemeral=False)
         if h.unkillable:
             self.unreaped.append(h)
 

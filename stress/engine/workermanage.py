@@ -66,6 +66,7 @@ class WorkerHandle:
     state: State = State.RUNNING
     outstanding: dict[int, Job] = field(default_factory=dict)
     jobs_sent: int = 0  # every job ever sent (--max-jobs-per-worker)
+    job_limit: int | None = None  # jobs this pool worker runs before it retires (None: no limit)
     recent: dict[int, Job] = field(default_factory=dict)  # finished jobs, for teardown blame
     hello_at: float | None = None
     bye_at: float | None = None
@@ -132,6 +133,12 @@ class WorkerHandle:
             self.recent[index] = job
             if len(self.recent) > _RECENT_JOBS:
                 del self.recent[next(iter(self.recent))]
+
+    @property
+    def retiring(self) -> bool:
+        """It has had all its jobs (--max-jobs-per-worker): it finishes them and leaves, and
+        the session starts its successor on the same worker id (the same device) then."""
+        return self.job_limit is not None and self.jobs_sent >= self.job_limit
 
     def send_job(self, job: Job) -> bool:
         return self.send_jobs([job])

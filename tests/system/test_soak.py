@@ -101,18 +101,37 @@ def test_an_unusable_gpu_driver_names_the_library_and_the_usable_drivers() -> No
     assert "Traceback" not in res.stderr
 
 
-def test_max_jobs_per_worker_retires_each_pool_worker_and_a_fresh_one_takes_its_place(
-        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+def _pool_overlap(db: sqlite3.Connection) -> int:
+    """The most pool workers alive at once (from their start and end times)."""
+    events = sorted(e for s_, e_ in db.execute(
+        "SELECT started_at, ended_at FROM workers WHERE pattern = 'pool'")
+        for e in ((s_, 1), (e_, -1)))
+    alive = most = 0
+    for _, d in events:
+        alive += d
+        most = max(most, alive)
+    return most
+
+
+@pytest.mark.parametrize("inject", [[], ["--inject", "segv@worker-exit:1"]],
+                         ids=["clean", "every-exit-crashes"])
+def test_max_jobs_per_worker_retires_pool_workers_and_never_runs_more_than_asked(
+        tmp_path: Path, cpu_artifacts: dict[str, Path], inject: list[str]) -> None:
     run = tmp_path / "run"
     res = run_cli("soak", "--target", "cpu", "--programs", "binary.add.f32.3x5x7+3x5x7",
-                  "--patterns", "shared,churn", "--workers", "2", "--duration", "6s",
-                  "--max-jobs-per-worker", "5", "--json", "-q", "--results", str(run))
-    assert res.rc == 0, res.stderr[-3000:]
+                  "--patterns", "shared,churn", "--workers", "2", "-n", "4000",
+                  "--max-jobs-per-worker", "5", "--json", "-q", "--results", str(run), *inject)
     s = res.json()
     assert s["manifest"]["config"]["max_jobs_per_worker"] == 5
     db = sqlite3.connect(run / "stress.db")
     per_pid = [n for (n,) in db.execute("SELECT COUNT(*) FROM jobs GROUP BY pid")]
-    assert sum(per_pid) == s["jobs"] and max(per_pid) <= 5
-    assert len(per_pid) >= 4  # retired workers were replaced, the soak went on
-    outcomes = {o for (o,) in db.execute("SELECT outcome FROM workers")}
-    assert outcomes == {"clean"}, outcomes  # a retirement is not a failure
+    assert max(per_pid) <= 5 and len(per_pid) >= 8  # retired every <= 5 jobs, replaced
+    assert _pool_overlap(db) <= 2  # a successor starts when its predecessor has gone
+    crashes = s["failures"]["crash"]
+    if inject:  # each retiree's exit crashes: recorded, and no restart budget spent on them
+        assert res.rc == 1 and crashes >= 8, res.stderr[-2000:]
+        assert "restarts" not in (s.get("stop_reason") or "")
+    else:
+        assert res.rc == 0, res.stderr[-3000:]
+        assert crashes == 0 and sum(per_pid) == s["jobs"]
+        assert {o for (o,) in db.execute("SELECT outcome FROM workers")} == {"clean"}
