@@ -270,8 +270,9 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[s
         command.validate()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    exe = resolve_executable(command.argv[0], command.cwd, {**os.environ, **opts.env})
-    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+    exe = resolve_executable(command.argv[0], command.cwd, {**os.environ, **env})
+    if "{" not in command.argv[0] and not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        # (a placeholder in the program's own name, e.g. build-{gpu}/t, is resolved per job)
         where = "" if os.sep in command.argv[0] else " on PATH"
         raise UsageError(f"cannot run the command: {command.argv[0]!r} is not an executable "
                          f"file{where} ({exe})")

@@ -248,7 +248,7 @@ def spawn(argv: Sequence[str], *, stdout: Any, stderr: Any, env: Mapping[str, st
                      env=dict(env), cwd=cwd, start_new_session=True,
                      preexec_fn=lambda: postmortem.prepare_child(parent_pid))
     limit = resource.getrlimit(resource.RLIMIT_CORE)
-    _set_core_limit(_core_limit(limit[1]), limit[1])
+    _set_core_limit(_core_limit(*limit), limit[1])
     try:
         return popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                      env=dict(env), cwd=cwd, start_new_session=True)
@@ -311,7 +311,7 @@ def spawn_fast(argv: Sequence[str], *, stdout_fd: int, stderr_fd: int,
     limit = resource.getrlimit(resource.RLIMIT_CORE)
     try:
         os.chdir(cwd)
-        _set_core_limit(_core_limit(limit[1]), limit[1])
+        _set_core_limit(_core_limit(*limit), limit[1])
         pid = os.posix_spawn(argv[0], list(argv), env, file_actions=actions, setsid=True,
                              setsigdef=_RESTORED_SIGNALS)
     finally:
@@ -321,8 +321,13 @@ def spawn_fast(argv: Sequence[str], *, stdout_fd: int, stderr_fd: int,
     return SpawnedProcess(pid, argv)
 
 
-def _core_limit(hard: int) -> int:
-    return _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(hard, _CORE_LIMIT_BYTES)
+def _core_limit(soft: int, hard: int) -> int:
+    """The soft core limit for a job: at least our cap (within the hard limit), never below
+    what the user set (`ulimit -c unlimited` stays unlimited: a CUDA process's core is big)."""
+    if soft == resource.RLIM_INFINITY:
+        return soft
+    cap = _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(hard, _CORE_LIMIT_BYTES)
+    return max(soft, cap)
 
 
 def _set_core_limit(soft: int, hard: int) -> None:

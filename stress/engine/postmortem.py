@@ -64,17 +64,18 @@ def core_dir(run_dir: Path, worker_name: str) -> Path:
 
 def prepare_child(parent_pid: int | None = None) -> None:
     """In the worker, as early as possible (or as Popen's preexec_fn): raise the soft core size
-    limit to min(4 GiB, hard limit) and mark the process dumpable, so a fatal signal leaves a
-    core in the cwd (`core_dir`). With `parent_pid`, also `procstate.allow_parent_ptrace`.
+    limit to at least min(4 GiB, hard limit) and mark the process dumpable, so a fatal signal
+    leaves a core in the cwd (`core_dir`). With `parent_pid`, also `procstate.allow_parent_ptrace`.
     Cost: the kernel writes the core before the parent can reap the process, which delays the
     death notice by ~0.05 s for a cpu worker here and ~1 s for a CUDA process on the H200.
     Never raises: a worker must start even where cores cannot be enabled. Safe between fork
     and exec (setrlimit and prctl only, no imports or allocation-heavy work)."""
     try:
-        _, hard = resource.getrlimit(resource.RLIMIT_CORE)
-        soft = _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(hard,
-                                                                            _CORE_LIMIT_BYTES)
-        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+        soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+        if soft != resource.RLIM_INFINITY:  # never below what the user set
+            cap = _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(
+                hard, _CORE_LIMIT_BYTES)
+            resource.setrlimit(resource.RLIMIT_CORE, (max(soft, cap), hard))
     except (OSError, ValueError):
         pass
     procstate.prctl(_PR_SET_DUMPABLE, 1)

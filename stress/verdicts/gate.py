@@ -133,6 +133,13 @@ class GateSpec:
         return BernoulliSprt(self.p0, self.max_rate, adjusted, adjusted)
 
 
+def failed_jobs(sig: Signature) -> set[tuple[str, int]]:
+    """The jobs a signature failed: those it is rated on, and the job of each of its failures
+    rated per process exit (a crash after the work was done still ends its job as failed).
+    The live observer and the final verdict both count these, so they agree."""
+    return set(sig.jobs) | {k for r in sig.rows for k in [job_key(r)] if k}
+
+
 def parse_fatal(text: str) -> frozenset[FailureClass]:
     """`crash,hang` -> classes; `none` (or empty) -> no fatal class."""
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -305,10 +312,7 @@ def evaluate(dirs: Sequence[Path], spec: GateSpec, budget_ended: bool = False) -
         s.known = spec.known.lookup(s.id, s.key.text())
     new = [s for s in sigs if s.known is None]
     known = [s for s in sigs if s.known is not None]
-    hit: set[tuple[str, int]] = set().union(*(s.jobs for s in new)) if new else set()
-    # failures rated per process exit (a crash after the work was done) still end their job
-    # as failed: the live observer counted them, so must the verdict
-    hit |= {k for s in new for r in s.rows for k in [job_key(r)] if k}
+    hit: set[tuple[str, int]] = set().union(*(failed_jobs(s) for s in new)) if new else set()
     clusters = job_clusters(data)
     ends: dict[tuple[str, int], float] = {}
     for j in data.jobs:
@@ -407,7 +411,7 @@ class GateObserver:
         known_jobs: set[Hashable] = set()
         for s in sigs:
             k = self.spec.known.lookup(s.id, s.key.text())
-            (known_jobs if k else new_jobs).update(i for _, i in s.jobs)
+            (known_jobs if k else new_jobs).update(i for _, i in failed_jobs(s))
             if k is None and FailureClass(s.cls) in self.spec.fatal and self.fatal_new is None:
                 self.fatal_new = f"new {s.cls} {s.id}: {s.describe()}"
         self.known_only = known_jobs - new_jobs

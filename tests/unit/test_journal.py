@@ -98,7 +98,8 @@ def test_attribution_blames_the_live_thread_when_a_dead_one_had_the_same_ident(
         t.start()
         t.join()
     views = JournalReader(tmp_path / "j.bin").all_slots()
-    assert len({v.py_ident for v in views}) == 1, "glibc did not reuse the thread's stack"
+    if len({v.py_ident for v in views}) != 1:
+        pytest.skip("this C library did not reuse the ended thread's stack (no shared ident)")
     stderr = f"Fatal Python error: Segmentation fault\n\nCurrent thread {idents[1]:#018x}"
     attr = attribute(JournalReader(tmp_path / "j.bin"), stderr)
     assert attr.method == "faulthandler" and attr.last_step == "device-release"

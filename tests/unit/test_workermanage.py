@@ -27,6 +27,7 @@ def test_kill_group_also_kills_members_that_ignore_sigterm_after_the_leader_left
                             start_new_session=True)
     assert proc.stdout is not None
     child = int(proc.stdout.readline())
+    member = psutil.Process(child)  # made now: is_running() tells a reused pid apart later
     read_fd, write_fd = os.pipe()
     os.close(write_fd)
     h = WorkerHandle(0, 0, proc, read_fd, tmp_path / "j", tmp_path / "o", tmp_path / "e",
@@ -34,16 +35,16 @@ def test_kill_group_also_kills_members_that_ignore_sigterm_after_the_leader_left
     rc = h.kill_group(grace_s=1.0)
     assert rc is not None and rc < 0  # the leader died by SIGTERM
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while _alive(member) and time.monotonic() < deadline:
         time.sleep(0.05)
-    alive = _alive(child)
+    alive = _alive(member)
     assert not alive, "a SIGTERM-ignoring member of the group survived"
     h.close()
 
 
-def _alive(pid: int) -> bool:
-    """Running and not a zombie (gone between two psutil calls counts as gone)."""
+def _alive(p: psutil.Process) -> bool:
+    """Running (the same process: a reused pid is not it) and not a zombie."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
