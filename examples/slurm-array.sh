@@ -30,4 +30,4 @@ fi
 mkdir -p "$RESULTS"
 # exit 1 (failures found) is a result, not an error: the gate job decides
 iree-stress soak --target "${IREE_STRESS_TARGET:-rocm}" --duration "${DURATION:-20m}" --quiet \
-  --results "${RESULTS}/shard-${SLURM_ARRAY_TASK_ID}" || test "$?" -eq 1
+  --max-jobs-per-worker 100 --results "${RESULTS}/shard-${SLURM_ARRAY_TASK_ID}" || test "$?" -eq 1

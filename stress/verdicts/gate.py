@@ -75,8 +75,9 @@ DESIGN_EFFECT_PRIOR: float = 3.0  # assumed until the data show a larger one: wi
 #   --design-effect 1 for independent jobs (process-per-job only)
 GATE_JOBS_PER_WORKER: int = 100  # a gate's pool workers retire after this many jobs: many
 #   bounded clusters, so that processes worse than others average out and the design effect
-#   is estimated from many of them (bench/gate_simulation.py: with processes that live until
-#   they crash, 17-18% of gates PASSed at the bound; with 100, at most 5%)
+#   is estimated from many of them (bench/results/gate_simulation.txt, per-process model:
+#   false PASS at the bound 17.3-18.2% with processes that live until they crash, 0.3-1.9%
+#   with 100; false FAIL at a quarter of the bound up to 7.2%, over the 5% goal)
 _DEFF_REFRESH: int = 64  # units between design-effect refreshes in a replay (O(clusters) each)
 
 
