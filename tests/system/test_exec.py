@@ -64,7 +64,7 @@ def test_each_job_of_a_flaky_command_ends_as_its_seed_says_with_stacks_and_no_or
                   "--timeout", "20s", "--teardown-timeout", "1s", "-n", "10", "--seed", "3",
                   "--results", str(run), "--json", "-q", "--env", "FLAKY_CHILD=1",
                   "--", str(flaky), "{seed}", str(_CRASH_PCT), str(_HANG_PCT),
-                  timeout=300)
+                  timeout=300, cwd=tmp_path)
     assert res.rc in (0, 1), res.stderr[-3000:]
     db = sqlite3.connect(run / "stress.db")
     db.row_factory = sqlite3.Row
@@ -106,7 +106,7 @@ def test_a_command_that_fails_before_its_work_is_done_is_a_failure_while_running
     run = tmp_path / "run"
     res = run_cli("soak", "--engine", "exec", "--done-regex", "^done$", "-n", "2",
                   "--results", str(run), "--json", "-q", "--env", "FLAKY_MODE=fail",
-                  "--", str(flaky), "{seed}", timeout=120)
+                  "--", str(flaky), "{seed}", timeout=120, cwd=tmp_path)
     assert res.rc == 1, res.stderr[-3000:]
     db = sqlite3.connect(run / "stress.db")
     rows = list(db.execute("SELECT class, last_step, message, evidence FROM failures"))
@@ -133,7 +133,7 @@ def test_parallel_copies_run_at_once_each_with_its_own_gpu_slot(tmp_path: Path) 
     marks.mkdir()
     res = run_cli("soak", "--engine", "exec", "--parallel", "2", "-n", "6", "--json", "-q",
                   "--results", str(tmp_path / "run"), "--", sys.executable, str(script),
-                  str(marks), "{job}", "{gpu}", timeout=120)
+                  str(marks), "{job}", "{gpu}", timeout=120, cwd=tmp_path)
     assert res.rc == 0, res.stderr[-3000:]
     runs = sorted((float(t0), float(t1), int(gpu)) for f in marks.iterdir()
                   for gpu, t0, t1 in [f.read_text().split()])
@@ -158,7 +158,8 @@ def test_the_repro_sh_of_an_exec_failure_reruns_its_command_from_a_moved_run_fol
         tmp_path: Path, flaky: Path) -> None:
     run, moved = tmp_path / "run", tmp_path / "elsewhere" / "run"
     res = run_cli("soak", "--engine", "exec", "--done-regex", "^done$", "-n", "2", "-q",
-                  "--results", str(run), "--", str(flaky), "{seed}", "100", "0", timeout=120)
+                  "--results", str(run), "--", str(flaky), "{seed}", "100", "0", timeout=120,
+                  cwd=tmp_path)
     assert res.rc == 1, res.stderr[-3000:]
     shutil.copytree(run, moved)  # CI artifacts are read where they were downloaded
     folder = sorted((moved / "failures").iterdir())[0]

@@ -42,7 +42,7 @@ def test_compare_says_b_worse_when_b_s_environment_makes_the_command_crash_more(
     out = tmp_path / "cmp"
     res = run_cli("compare", "calm", "crashy", "--stacks", str(write_stacks(tmp_path / "s.toml")),
                   "--engine", "exec", "-n", "3", "--trials", "20", "--seed", "11",
-                  "--results", str(out), "--", *env_command(flaky), timeout=600)
+                  "--results", str(out), "--", *env_command(flaky), timeout=600, cwd=tmp_path)
     assert res.rc == 1, res.stdout + res.stderr[-3000:]
     first, reason, arm_a, arm_b = res.stdout.splitlines()[:4]
     assert first.startswith("VERDICT  B worse  (A = calm, B = crashy;")
@@ -63,7 +63,7 @@ def test_compare_of_a_command_that_cannot_start_is_inconclusive_not_a_stack_resu
         tmp_path: Path) -> None:
     res = run_cli("compare", "calm", "crashy", "--stacks", str(write_stacks(tmp_path / "s.toml")),
                   "--engine", "exec", "-n", "2", "--results", str(tmp_path / "cmp"),
-                  "--", str(tmp_path / "no-such-test"), timeout=120)
+                  "--", str(tmp_path / "no-such-test"), timeout=120, cwd=tmp_path)
     assert res.rc == 3, res.stdout + res.stderr[-3000:]
     assert res.stdout.startswith("VERDICT  inconclusive")
     assert "cannot start: the command" in res.stdout and "no-such-test" in res.stdout
@@ -74,7 +74,8 @@ def exec_gate(run: Path, flaky: Path, crash_pct: int, *extra: str) -> tuple[int,
     alone (--fatal none: no new-signature shortcut); (exit code, text)."""
     res = run_cli("gate", "--engine", "exec", "--max-rate", "0.3", "--design-effect", "1",
                   "--fatal", "none", "--budget", "120s", "-q", "--results", str(run), *extra,
-                  "--", str(flaky), "{seed}", str(crash_pct), "0", timeout=300)
+                  "--", str(flaky), "{seed}", str(crash_pct), "0", timeout=300,
+                  cwd=run.parent)  # the command's cwd, where its cores land
     return res.rc, res.stdout + res.stderr[-2000:]
 
 
@@ -120,7 +121,8 @@ def test_compare_runs_the_command_from_each_stack_s_rocm_tree_first_on_path_and_
     stacks.write_text(f'[stacks.a]\nrocm = "{good}"\n\n[stacks.b]\nrocm = "{bad}"\n')
     out = tmp_path / "cmp"
     res = run_cli("compare", "a", "b", "--stacks", str(stacks), "--engine", "exec", "-n", "1",
-                  "--seed", "1", "--results", str(out), "--", "rocm-selftest", timeout=300)
+                  "--seed", "1", "--results", str(out), "--", "rocm-selftest", timeout=300,
+                  cwd=tmp_path)
     assert res.rc == 1, res.stdout + res.stderr[-3000:]
     assert res.stdout.startswith("VERDICT  B worse  (A = a, B = b;")
     saved = json.loads((out / "compare.json").read_text())
