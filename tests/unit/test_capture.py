@@ -59,3 +59,32 @@ def test_a_worker_dead_of_a_python_exception_before_hello_is_told_apart_from_a_c
     h.stderr_path.write_text("Fatal Python error: Segmentation fault\n\nCurrent thread 0x1\n")
     assert capture._python_exception(h) == ""
     h.close()
+
+
+def test_a_core_that_names_another_thread_than_the_journal_blamed_is_said_in_the_evidence(
+        tmp_path: Path) -> None:
+    """The journal blamed thread 1111; the core says 2222, also a journal thread, took the
+    signal: failure.json and the stored evidence say both (never silently one of them)."""
+    import json
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from stress.engine import evidence, procstate
+
+    stacks = Stacks(StackSource.CORE_GDB, "", crashed_tid=2222,
+                    threads=[ThreadStack(2222, None, ["boom"])], signal=11)
+    fut: Future[evidence.CrashEvidence] = Future()
+    fut.set_result(evidence.CrashEvidence(stacks, procstate.KernelLog(None)))
+    updates: list[tuple[int, dict[str, object], int | None]] = []
+    store = SimpleNamespace(update_failure=lambda row, ev, tid: updates.append((row, ev, tid)))
+    folder = tmp_path / "f"
+    folder.mkdir()
+    pending = capture.PendingCrash(fut, 7, folder, {"native_tid": 1111, "attribution":
+                                                    "faulthandler"}, {}, [1111, 2222])
+    s = SimpleNamespace(pending_crashes=[pending], store=store)
+    capture.collect_finished(s, wait=True)  # type: ignore[arg-type]
+    (row, ev, _), = updates
+    assert row == 7 and "2222" in str(ev["blame_conflict"])
+    assert "1111" in str(ev["blame_conflict"])
+    meta = json.loads((folder / "failure.json").read_text())
+    assert meta["blame_conflict"] == ev["blame_conflict"]
