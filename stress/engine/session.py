@@ -701,8 +701,10 @@ class Session:
         try:
             yield
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+            if self.interrupt is None:  # interrupted: the process is on its way out (exit
+                #   3), and a further Ctrl-C while the CLI prints must not be a traceback
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
 
     def run(self) -> str:
         """Runs until done; returns the final status: completed | interrupted | failed. Call it

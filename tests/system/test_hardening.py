@@ -211,11 +211,22 @@ def test_a_sigkilled_parent_leaves_no_worker_and_a_store_with_every_job_older_th
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and _stored_jobs(run) < 20:
         time.sleep(0.1)
-    time.sleep(kill_after_s)
+    # the journals are rings (a slot keeps its last ~80 invocations): read them every 50 ms
+    # until the kill, so that every job end is seen before it is overwritten
+    ends: dict[int, int] = {}
+    pids: set[int] = set()
+    stop = time.monotonic() + kill_after_s
+    while time.monotonic() < stop:
+        seen, ran = journal_job_ends(run)
+        ends.update(seen)
+        pids.update(ran)
+        time.sleep(0.05)
     killed_ns = time.monotonic_ns()
     proc.kill()
     proc.wait(timeout=10)
-    ends, pids = journal_job_ends(run)
+    seen, ran = journal_job_ends(run)
+    ends.update(seen)
+    pids.update(ran)
     assert ends and pids
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
