@@ -123,14 +123,15 @@ def write_evidence(s: Session, folder: Path | None, h: WorkerHandle, job: Job | 
 
 
 def _tidy(h: WorkerHandle) -> None:
-    """A clean one-job process leaves nothing worth keeping: its journal, empty logs and core
-    folder go (10 exits a second would otherwise leave tens of thousands of files an hour).
+    """A clean one-job process whose job passed leaves nothing worth keeping: its journal,
+    empty logs and core folder go (10 exits a second would otherwise leave tens of thousands
+    of files an hour).
     A process its runner watches (h.watch: a native tool, an exec command) is left to that
     runner: its folder is the user's own working directory (exec: removed here when empty, so
     the next copy could not start) or a slot folder reused by the next job (native), its logs
     are reused per slot (native) or deleted by the runner at a clean exit (exec), and it keeps
     no journal."""
-    if not h.ephemeral or h.watch is not None:
+    if not h.ephemeral or h.watch is not None or h.job_failed:  # a failed job's journal stays
         return
     for path in (h.journal_path, h.stdout_path, h.stderr_path):
         try:

@@ -404,6 +404,7 @@ class Session:
         h.finished(job.index)
         res = payload["result"]
         failed = bool(res["errors"] or res["miscompare"])
+        h.job_failed |= failed
         self.store.add_job(self.run_id, h.worker_id, payload, "failed" if failed else "ok")
         self.invocations += res["invocations"]
         self.invocations_by_pattern[job.pattern] += res["invocations"]

@@ -66,6 +66,7 @@ class WorkerHandle:
     state: State = State.RUNNING
     outstanding: dict[int, Job] = field(default_factory=dict)
     jobs_sent: int = 0  # every job ever sent (--max-jobs-per-worker)
+    job_failed: bool = False  # a job it ran reported an error or miscompare
     job_limit: int | None = None  # jobs this pool worker runs before it retires (None: no limit)
     recent: dict[int, Job] = field(default_factory=dict)  # finished jobs, for teardown blame
     hello_at: float | None = None

@@ -42,7 +42,10 @@ def _soak_shard(tmp: Path, name: str, *args: str, env: dict[str, str] | None = N
     res = run_cli("soak", "--target", "cpu", "--seed", _SEED, "-q", "--programs", _PROGRAMS,
                   "--patterns", _FAST_PATTERNS, "--workers", "1", "--duration", "20s",
                   "--results", str(tmp / name), *args, env=env)
-    assert res.rc == 0, res.stderr[-3000:]
+    # exit 1 is a shard that found a failure: the runtime's own flakes (churn has shown
+    # `binding table slot requires a buffer but none was provided` at invoke while another
+    # thread ran gc) are data for the merged verdict, which these tests compare
+    assert res.rc in (0, 1), res.stderr[-3000:]
     return tmp / name
 
 
