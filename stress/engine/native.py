@@ -205,6 +205,7 @@ class NativeJudge:
     replay_path: Path | None
     done_ns: int | None = None
     settled: bool = False
+    kept: bool | None = None  # the keeper kept its replay (False: not written, or over the cap)
     facts_cache: dict[str, Any] = field(default_factory=dict)
 
     def watch(self, now_ns: int) -> Stuck | None:
@@ -285,7 +286,7 @@ class NativeJudge:
     def _settle(self, failed: bool) -> None:
         if self.keeper is not None and self.replay_path is not None and not self.settled:
             self.settled = True
-            self.keeper.settle(self.replay_path, self.job.program, failed)
+            self.kept = self.keeper.settle(self.replay_path, self.job.program, failed)
 
     def describe(self) -> dict[str, Any]:
         return {"native_tool": self.tools.folder.name, "output_written": self.done_ns is not None
@@ -298,6 +299,10 @@ class NativeJudge:
         self._settle(True)
         tool = self.tools.path("dump") if self.tools.has("dump") else None
         facts = replay.write_evidence(tool, self.replay_path, folder)
+        if self.kept is False and self.keeper is not None:
+            facts["replay_note"] = (
+                f"not kept: the run's replays reached the {self.keeper.cap_bytes >> 20} MiB "
+                f"cap ({self.keeper.kept_bytes >> 20} MiB kept), or none was written")
         (folder / "replay.json").write_text(json.dumps(facts, indent=1))
 
 

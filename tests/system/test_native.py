@@ -72,14 +72,16 @@ def test_a_native_crash_in_teardown_keeps_its_replay_and_repro_counts_each_fault
         f = Path(folder)
         assert "iree_hal_task_device_destroy" in (f / "stacks.txt").read_text()
         if not list(f.glob("*.ireereplay")):
-            # seen once in 22 crash folders (2026-12-03): the replay was gone when the
-            # folder was written; cause not found (issue 12 stays open on it)
-            without.append(json.loads((f / "replay.json").read_text())["replay_note"])
+            # a 2048x4096 job's replay is ~100 MiB: past the run's cap it is not kept, and
+            # the folder says so
+            note = json.loads((f / "replay.json").read_text())["replay_note"]
+            assert "reached the 256 MiB cap" in note, note
+            without.append(note)
             continue
         tail = [json.loads(x) for x in (f / "hal_tail.jsonl").read_text().splitlines()]
         assert tail[-1]["payload"]["name"] == "deinit"  # the recorder's last scope: teardown
         assert json.loads((f / "replay.json").read_text())["hal_records"] >= len(tail)
-    assert len(without) <= 1, without
+    assert len(without) < len(rows), without
     healthy = sorted((run / "native" / "replays").glob("*.ireereplay"))
     assert healthy or len(rows) == 12  # the first healthy replay of each program at least
 
