@@ -402,6 +402,20 @@ def repro(folder: Path, times: int, with_replay: bool, device: str | None,
 
 def main() -> None:
     try:
+        _main()
+    except SystemExit as exc:
+        if exc.code == EXIT_INCONCLUSIVE:  # e.g. interrupted: on its way out. The interpreter's
+            # finalization puts Python's signal handlers back to SIG_DFL, so a second Ctrl-C
+            # then would kill it by SIGINT instead of exit 3
+            import signal
+
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
+        raise
+
+
+def _main() -> None:
+    try:
         cli.main(prog_name="iree-stress", standalone_mode=False)
     except UsageError as exc:
         click.echo(f"iree-stress: error: {exc}", err=True)

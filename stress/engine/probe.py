@@ -75,9 +75,10 @@ _REAP_TIMEOUT_S: float = 5.0  # after SIGKILL: a probe still not reaped is left 
 
 
 def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: float) -> tuple[
-        str, list[dict[str, Any]], int | None, str, str, int]:
+        str, list[dict[str, Any]], int | None, str, str, int, str]:
     """Runs the probe for one driver: (driver, stage lines, returncode or None when it stalled,
-    stderr, cwd). Once the driver's verdict is in, its release and the process's exit get
+    stderr, cwd, pid, the stalled probe's stacks.txt taken before its kill). Once the driver's
+    verdict is in, its release and the process's exit get
     only `teardown_timeout_s` (a teardown stall must not cost the whole probe deadline). The
     cwd is a fresh folder, where a core of a crashing probe would land."""
     cwd = tempfile.mkdtemp(prefix="iree-stress-probe-")
@@ -93,6 +94,7 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
     start = time.monotonic()
     deadline = start + _PROBE_TIMEOUT_S
     rc: int | None = None
+    stalled_stacks = ""
     while True:
         ready, _, _ = select.select([proc.stdout], [], [], 0.05)
         chunk = proc.stdout.read() if ready else None
@@ -110,6 +112,8 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
         if rc is not None and not chunk:
             break
         if time.monotonic() > deadline:
+            # evidence before the kill, as for any stuck worker: every thread's stack
+            stalled_stacks = evidence.dump_stacks(proc.pid).render()
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -123,7 +127,7 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
     proc.stdout.close()
     err = err_file.read_bytes()[-_STDERR_TAIL:].decode(errors="replace")
     err_file.unlink()
-    return driver, lines, rc, err, cwd, proc.pid
+    return driver, lines, rc, err, cwd, proc.pid, stalled_stacks
 
 
 def probe(python: str, drivers: Iterable[str], env: dict[str, str],
@@ -133,13 +137,13 @@ def probe(python: str, drivers: Iterable[str], env: dict[str, str],
     result = ProbeResult()
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
         runs = list(pool.map(lambda d: _one(python, d, env, teardown_timeout_s), names))
-    for driver, lines, rc, err, cwd, pid in runs:
-        _judge(result, python, driver, lines, rc, err, cwd, pid)
+    for driver, lines, rc, err, cwd, pid, stacks in runs:
+        _judge(result, python, driver, lines, rc, err, cwd, pid, stacks)
     return result
 
 
 def _judge(result: ProbeResult, python: str, driver: str, lines: list[dict[str, Any]],
-           rc: int | None, stderr: str, cwd: str, pid: int) -> None:
+           rc: int | None, stderr: str, cwd: str, pid: int, stalled_stacks: str = "") -> None:
     stages = [x.get("stage") for x in lines]
     for x in lines:
         if x.get("stage") == "imported":
@@ -168,6 +172,9 @@ def _judge(result: ProbeResult, python: str, driver: str, lines: list[dict[str, 
         ("crash" if rc is not None and rc < 0 else "error")
     facts: dict[str, Any] = {"stack_source": "none"}
     files = {"stderr.tail": stderr, "probe.jsonl": "\n".join(json.dumps(x) for x in lines)}
+    if hang and stalled_stacks:  # taken before the kill
+        files["stacks.txt"] = stalled_stacks
+        facts = {"stack_source": stalled_stacks.split("\n", 1)[0].lstrip("# ")}
     if rc is not None and rc < 0:  # its core, read like a worker's
         crash = evidence.collect_crash(pid, python, Path(cwd), stderr)
         facts = crash.summary()
