@@ -17,6 +17,9 @@ def main() -> None:
     ap.add_argument("--mode", choices=["shared", "per-call", "create-release"], required=True)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--device", default="local-task")
+    ap.add_argument("--readback", choices=["map", "dma"],
+                    help="map the result (host-visible memory: cpu) or DMA it to a staging "
+                         "buffer (GPU device memory); default by the device")
     args = ap.parse_args()
     from iree.runtime import _binding as b
 
@@ -33,6 +36,10 @@ def main() -> None:
     driver = b.create_hal_driver(args.device.split("://", 1)[0])
     module = b.VmModule.copy_buffer(instance, blob)
     mem, usage = b.MemoryType.DEVICE_LOCAL, b.BufferUsage.DEFAULT
+    staging_mem = int(b.MemoryType.HOST_LOCAL | b.MemoryType.DEVICE_VISIBLE)
+    staging_usage = int(b.BufferUsage.TRANSFER_TARGET | b.BufferUsage.MAPPING_SCOPED)
+    if args.readback is None:
+        args.readback = "map" if args.device.startswith("local-") else "dma"
 
     def invoke(device: object, ctx: object, fn: object) -> np.ndarray:
         arg_list = b.VmVariantList(len(inputs))
@@ -43,8 +50,24 @@ def main() -> None:
         rets = b.VmVariantList(1)
         ctx.invoke(fn, arg_list, rets)  # type: ignore[attr-defined]
         view = rets.get_as_object(0, b.HalBufferView)
-        mapping = view.map()
-        out = np.array(mapping.asarray(tuple(view.shape), out_dtype), copy=True)
+        if args.readback == "map":
+            return copy_mapped(view, tuple(view.shape))
+        # GPU device memory is not host-mappable: DMA into a host staging buffer and wait on a
+        # fence, as the harness does (stress.engine.invocation)
+        buf = view.get_buffer()
+        staging = device.allocator.allocate_buffer(  # type: ignore[attr-defined]
+            memory_type=staging_mem, allowed_usage=staging_usage,
+            allocation_size=buf.byte_length())
+        sem = device.create_semaphore(0)  # type: ignore[attr-defined]
+        device.queue_copy(buf, staging,  # type: ignore[attr-defined]
+                          wait_semaphores=b.HalFence.create_at(sem, 0),
+                          signal_semaphores=b.HalFence.create_at(sem, 1))
+        b.HalFence.create_at(sem, 1).wait()
+        return copy_mapped(staging, tuple(view.shape))
+
+    def copy_mapped(mappable: object, shape: tuple[int, ...]) -> np.ndarray:
+        mapping = mappable.map()  # type: ignore[attr-defined]
+        out = np.array(mapping.asarray(shape, out_dtype), copy=True)
         del mapping
         return out
 

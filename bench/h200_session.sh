@@ -51,8 +51,29 @@ finish)
     --parallel 8 --jobs 150 --rounds 3 --record-s 0 > "$OUT/native_throughput-cuda-h200.txt" 2>&1
   ls -la "$OUT" /tmp/timeline
   ;;
+more)
+  # a third call: the bench that failed in `finish` (bare loop readback on device memory) and
+  # the parent's RSS over a shorter soak, sampled to a file, with the soak's stacks if it has
+  # not exited a minute after its duration (the 600 s soak's parent had not, 5 min after)
+  install
+  timeout 130 python3 bench/soak_overhead.py --target cuda --artifacts "$ART" --procs 8 \
+    --rounds 3 --seconds 4 > "$OUT/soak_overhead-cuda-h200.txt" 2>&1
+  python3 bench/parent_memory.py --target cuda --artifacts "$ART" --only-all-patterns \
+    --programs '' --workers 8 --all-patterns-duration 120s --samples "$OUT/rss.csv" \
+    > "$OUT/parent_memory-cuda-h200.txt" 2>&1 &
+  pm=$!
+  for _ in $(seq 1 185); do kill -0 $pm 2>/dev/null || break; sleep 1; done
+  if kill -0 $pm 2>/dev/null; then
+    for p in $(pgrep -f "stress soak --json"); do
+      echo "== soak parent $p, $(date +%s)"; ps -o pid,stat,etime,wchan:30,cmd --ppid "$p"
+      timeout 20 /tmp/site/bin/py-spy dump --native --pid "$p"
+    done > "$OUT/soak-exit-stacks.txt" 2>&1
+    kill $pm
+  fi
+  ls -la "$OUT"
+  ;;
 *)
-  echo "usage: $0 start|finish" >&2
+  echo "usage: $0 start|finish|more" >&2
   exit 2
   ;;
 esac

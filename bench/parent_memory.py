@@ -29,6 +29,8 @@ def main() -> None:
     ap.add_argument("--programs", default="binary.add.f32.3x5x7+3x5x7")
     ap.add_argument("--workers", help="soak --workers (default: cores)")
     ap.add_argument("--keep", help="keep the all-patterns run folder here (a reference run)")
+    ap.add_argument("--samples", help="append each RSS sample here as it is taken (seconds, "
+                                      "MiB): the data survive a soak that never exits")
     add_target_args(ap)
     args = ap.parse_args()
     header()
@@ -38,29 +40,42 @@ def main() -> None:
         measure([*common, "--patterns", "shared,per-thread", "--invocations",
                  str(args.invocations)])
     measure([*common, "--patterns", "all", "--duration", args.all_patterns_duration],
-            keep=args.keep)
+            keep=args.keep, samples_to=args.samples)
 
 
 _ANALYSIS_S: float = 6.0  # the parent's end-of-run work (summary, signatures): ~4 s after a
 #   180 s all-pattern soak here
 
 
-def measure(extra: list[str], keep: str | None = None) -> None:
+def measure(extra: list[str], keep: str | None = None, samples_to: str | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         argv = [sys.executable, "-m", "stress", "soak", "--json", "-q", *extra, "--seed", "1",
                 "--results", keep or f"{tmp}/run"]
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        # stdout to a file, not a pipe: this loop reads nothing until the soak exits, and a
+        # summary of thousands of failures is more than a pipe holds (on the H200 the soak
+        # blocked in its final write, its work done, until killed)
+        out_file = open(Path(tmp) / "soak.json", "w+")  # noqa: SIM115
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out_file, text=True,
                                 env={**os.environ})
         ps = psutil.Process(proc.pid)
         samples: list[tuple[float, float]] = []
         t0 = time.monotonic()
+        log = open(samples_to, "a") if samples_to else None  # noqa: SIM115
         while proc.poll() is None:
             try:
                 samples.append((time.monotonic() - t0, ps.memory_info().rss / 2**20))
             except psutil.NoSuchProcess:
                 break
+            if log:
+                log.write(f"{samples[-1][0]:.1f},{samples[-1][1]:.1f}\n")
+                log.flush()
             time.sleep(1.0)
-        out, _ = proc.communicate()
+        proc.wait()
+        out_file.seek(0)
+        out = out_file.read()
+        out_file.close()
+        if log:
+            log.close()
 
 
         db = sqlite3.connect(Path(keep or f"{tmp}/run") / "stress.db")

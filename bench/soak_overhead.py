@@ -34,10 +34,17 @@ def bare(program: str, mode: str, procs: int, seconds: float, args: argparse.Nam
     argv = [sys.executable, str(ROOT / "bench" / "bare_loop.py"), "--vmfb", str(path),
             "--program", program, "--mode", mode, "--seconds", str(seconds),
             "--device", device_uri(args)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(  # ours first, the caller's kept (a
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}  # carried iree there)
+    def one(_: int) -> str:
+        run = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if run.returncode:
+            raise SystemExit(f"bare loop failed ({run.returncode}): {' '.join(argv)}\n"
+                             f"{run.stderr[-2000:]}")
+        return run.stdout
+
     with ThreadPoolExecutor(procs) as pool:
-        outs = list(pool.map(lambda _: subprocess.run(argv, capture_output=True, text=True,
-                                                      env=env, check=True).stdout, range(procs)))
+        outs = list(pool.map(one, range(procs)))
     return sum(float(o.strip()) for o in outs)
 
 

@@ -12,7 +12,10 @@ already filed are shown apart from new ones (and, in the gate, do not fail it).
     note = "spins at exit under driver X"
 
 The key text is `class|signal|step|state|frame < frame < frame|message` (shown by
-`report --format json` as each signature's `key`). Each entry needs `signature` or `match`
+`report --format json` as each signature's `key`). The key keeps a message's first 120
+characters; a pattern is also tried on the key with each of the signature's full messages
+(first line, numbers blanked) in that place, so `*CUDA_ERROR_INVALID_CONTEXT*` matches where
+the error's name comes late in the line. Each entry needs `signature` or `match`
 and a `note`; `link` is optional. Python 3.11+ reads the file with tomllib; on 3.10 a small
 reader of this same subset is used (tables of `key = "string"` lines), so no dependency is
 added.
@@ -23,7 +26,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,10 +44,14 @@ class KnownFailure:
     link: str = ""
     line: int = 0  # where it is in the file (for messages)
 
-    def matches(self, sig_id: str, key_text: str) -> bool:
+    def matches(self, sig_id: str, key_text: str | Sequence[str]) -> bool:
+        """`key_text`: the key, or the key and its variants with each full message (a key
+        holds the first MESSAGE_KEY_CHARS of a message; the words that tell a CUDA error
+        apart often come after)."""
         if self.signature:
             return sig_id == self.signature
-        return fnmatch.fnmatchcase(key_text, self.match)
+        texts = [key_text] if isinstance(key_text, str) else key_text
+        return any(fnmatch.fnmatchcase(t, self.match) for t in texts)
 
     def as_dict(self) -> dict[str, Any]:
         return {"signature": self.signature or None, "match": self.match or None,
@@ -56,8 +63,9 @@ class KnownFailures:
     path: Path | None
     entries: tuple[KnownFailure, ...]
 
-    def lookup(self, sig_id: str, key_text: str) -> KnownFailure | None:
-        """The first entry that names this signature (ids before patterns)."""
+    def lookup(self, sig_id: str, key_text: str | Sequence[str]) -> KnownFailure | None:
+        """The first entry that names this signature (ids before patterns). `key_text` as in
+        `KnownFailure.matches` (`Signature.match_texts()`)."""
         by_id = [e for e in self.entries if e.signature and e.matches(sig_id, key_text)]
         if by_id:
             return by_id[0]

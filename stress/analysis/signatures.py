@@ -267,6 +267,11 @@ class SignatureKey:
     def id(self) -> str:
         return "S" + hashlib.sha1(self.text().encode()).hexdigest()[:8]
 
+    def with_message(self, message: str) -> str:
+        """text() with another message in its place (known-failure patterns, `match_texts`)."""
+        return "|".join([self.cls, self.signal or "", self.step or "", self.state,
+                         " < ".join(self.frames), message])
+
 
 # --- signatures ------------------------------------------------------------------------------
 
@@ -294,6 +299,20 @@ class Signature:
     @property
     def id(self) -> str:
         return self.key.id
+
+    def match_texts(self, limit: int = 8) -> list[str]:
+        """What known-failure patterns are tried on: the key text, then the key with each
+        distinct full message of its rows (first line, numbers blanked, not cut), at most
+        `limit` of them."""
+        texts = [self.key.text()]
+        for row in self.rows:
+            line = (row.get("message") or "").strip().splitlines()[:1]
+            full = self.key.with_message(_NUMBERS.sub("#", line[0])) if line else ""
+            if full and full not in texts:
+                texts.append(full)
+                if len(texts) > limit:
+                    break
+        return texts
 
     @property
     def exposure(self) -> exp.Exposure:

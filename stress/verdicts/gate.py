@@ -310,7 +310,7 @@ def evaluate(dirs: Sequence[Path], spec: GateSpec, budget_ended: bool = False) -
     data = rundata.load(list(dirs))
     sigs = signatures.build(data)
     for s in sigs:
-        s.known = spec.known.lookup(s.id, s.key.text())
+        s.known = spec.known.lookup(s.id, s.match_texts())
     new = [s for s in sigs if s.known is None]
     known = [s for s in sigs if s.known is not None]
     hit: set[tuple[str, int]] = set().union(*(failed_jobs(s) for s in new)) if new else set()
@@ -411,7 +411,7 @@ class GateObserver:
         new_jobs: set[Hashable] = set()
         known_jobs: set[Hashable] = set()
         for s in sigs:
-            k = self.spec.known.lookup(s.id, s.key.text())
+            k = self.spec.known.lookup(s.id, s.match_texts())
             (known_jobs if k else new_jobs).update(i for _, i in failed_jobs(s))
             if k is None and FailureClass(s.cls) in self.spec.fatal and self.fatal_new is None:
                 self.fatal_new = f"new {s.cls} {s.id}: {s.describe()}"

@@ -61,3 +61,41 @@ def test_a_bad_file_is_one_clear_usage_error(tmp_path: Path, text: str, why: str
 def test_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="cannot read"):
         known.load(tmp_path / "nope.toml")
+
+
+# The H200 soak's two CUDA errors (docs/gpu-runs.md): the error's name comes after the 120
+# characters a key keeps, so a pattern on the key alone missed both.
+CUDA_MESSAGES = [
+    ("module-load", "InvocationError: Error creating vm context with modules: c/runtime/src/iree/"
+                    "hal/drivers/cuda/native_executable.c:389: INTERNAL; CUDA error "
+                    "'CUDA_ERROR_INVALID_CONTEXT' (201): invalid device context; while invoking"),
+    ("upload", "RuntimeError: Failed to allocate buffer copy: c/runtime/src/iree/hal/drivers/"
+               "cuda/cuda_allocator.c:421: INTERNAL; CUDA error 'CUDA_ERROR_INVALID_CONTEXT' "
+               "(201): invalid device context"),
+]
+
+
+@pytest.mark.parametrize(("step", "message"), CUDA_MESSAGES)
+def test_a_pattern_matches_words_past_the_part_of_the_message_a_key_keeps(
+        step: str, message: str) -> None:
+    from stress.analysis.signatures import Signature, SignatureKey, message_key
+
+    key = SignatureKey("error", None, step, "", (), message_key(message))
+    assert "CUDA_ERROR_INVALID_CONTEXT" not in key.text()  # what made the known file miss
+    sig = Signature(key, rows=[{"message": message + "\nTraceback ..."}])
+    entries = (known.KnownFailure("cuda context", match="error|*CUDA_ERROR_INVALID_CONTEXT*"),)
+    k = known.KnownFailures(None, entries)
+    assert k.lookup(sig.id, sig.match_texts()) is entries[0]
+    assert k.lookup(sig.id, key.text()) is None
+    other = Signature(key, rows=[{"message": message.replace("INVALID_CONTEXT", "OUT_OF_MEMORY")}])
+    assert k.lookup(other.id, other.match_texts()) is None
+
+
+def test_the_cuda_known_file_in_docs_names_both_h200_errors() -> None:
+    from stress.analysis.signatures import Signature, SignatureKey, message_key
+
+    k = known.load(Path(__file__).resolve().parents[2] / "docs" / "findings" / "known-cuda.toml")
+    for step, message in CUDA_MESSAGES:
+        sig = Signature(SignatureKey("error", None, step, "", (), message_key(message)),
+                        rows=[{"message": message}])
+        assert k.lookup(sig.id, sig.match_texts()) is not None, step
