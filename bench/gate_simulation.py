@@ -52,7 +52,8 @@ P_CRASH: float = 0.4  # share of failures that kill their process
 HETEROGENEITY_SHAPE: float = 1.5  # gamma shape of per-process propensity (mean 1): wide spread
 CHECK: int = 10  # jobs between looks (a cpu gate looks once a second, every ~50-100 jobs;
 #   finer here so that high bounds, decided in ~100 jobs, are not rounded up to the next look)
-OVERSHOOT_PER_WORKER: int = 4  # jobs in flight per worker at the stop (2 x threads, threads 2)
+OVERSHOOT_PER_WORKER: int = 2  # jobs in flight per worker at the stop: those its threads
+#   (2) have begun; the queued ones are given back unrun (worker.drop_queued)
 BUDGET_FACTOR: int = 20  # budget = this x the fixed design's n: nearly every gate decides
 TRUTH_JOBS: int = 2_000_000  # the truth run
 BURN_IN: int = 3  # process lifetimes per slot before a simulated gate starts

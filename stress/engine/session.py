@@ -142,6 +142,7 @@ class Session:
         self.invocations = 0
         self.stopping = False
         self.stop_reason = ""
+        self.jobs_not_started = 0  # given back unrun by workers told to stop (on_jobs_dropped)
         self.started = time.monotonic()
         self.facts: dict[str, Any] = {}
         self.facts_requested = False  # asked of one worker; asked again if it dies first
@@ -425,6 +426,13 @@ class Session:
             self.observer.job(Outcome(job, payload.get("pid") or h.pid, failed,
                                       tuple(sorted({n["class"] for n in res["failures"]}))))
 
+    def on_jobs_dropped(self, h: WorkerHandle, payload: dict[str, Any]) -> None:
+        """Fires when a stopping worker gave back jobs it held but had not begun: never run,
+        in no count (the summary's stop reason says how many)."""
+        for index in payload["jobs"]:
+            if h.outstanding.pop(int(index), None) is not None:
+                self.jobs_not_started += 1
+
     def on_bye(self, h: WorkerHandle, payload: dict[str, Any]) -> None:
         """Fires when a worker finished its teardown and is about to exit."""
         h.bye_at = time.monotonic()
@@ -571,7 +579,7 @@ class Session:
         if not self.stopping:
             self.stopping, self.stop_reason = True, reason
             for h in self.workers.values():
-                h.stop()
+                h.stop(drop_queued=not h.ephemeral)  # a job process's one job is its work
 
     def tick(self) -> None:
         fds = {h.msg_fd: h for h in self.workers.values()
@@ -754,6 +762,8 @@ class Session:
             if self.exit_runner is not None:
                 self.exit_runner.close()
             postmortem.sweep_cores(self.run_dir)  # cores nobody read (cap reached, races)
+            if self.jobs_not_started:
+                self.stop_reason += (f"; {self.jobs_not_started} queued job(s) not started")
             if self.unreaped:
                 self.stop_reason += (f"; {len(self.unreaped)} worker(s) survived SIGKILL (stuck "
                                      "in the kernel, D state)")

@@ -4,8 +4,9 @@ Started by the parent as `python -m stress.engine.worker --config F --worker-id 
 under another interpreter (a runtime stack's venv holding only iree-base-runtime and numpy, with
 this package on PYTHONPATH): nothing here may import click, sqlite3 or the parent's modules.
 
-Protocol: the parent writes `[name, payload]` JSON lines to our stdin ("job", "stop"); we write
-`[name, payload]` lines to the message fd ("hello", "job_done", "bye"). Progress is not sent as
+Protocol: the parent writes `[name, payload]` JSON lines to our stdin ("job", "stop": exit
+after the jobs held, or with `drop_queued` after those begun); we write `[name, payload]` lines
+to the message fd ("hello", "job_done", "jobs_dropped", "bye"). Progress is not sent as
 heartbeats: the parent reads our journal file directly.
 """
 
@@ -171,6 +172,8 @@ class Worker:
                 if name == "job":
                     self.jobs.put(Job.from_dict(payload))
                 elif name == "stop":
+                    if payload.get("drop_queued"):
+                        self.drop_queued()
                     break
                 else:
                     raise ValueError(f"unknown command {name!r}")
@@ -180,6 +183,20 @@ class Worker:
         finally:
             for _ in range(self.threads):
                 self.jobs.put(None)
+
+    def drop_queued(self) -> None:
+        """Takes back the jobs no thread has begun and tells the parent (`jobs_dropped`); a
+        job a thread takes meanwhile runs and reports as usual."""
+        dropped = []
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                dropped.append(job.index)
+        if dropped:
+            self.msg.send("jobs_dropped", {"jobs": dropped})
 
     def thread_main(self) -> None:
         writer = self.journal.acquire()

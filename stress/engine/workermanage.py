@@ -161,9 +161,13 @@ class WorkerHandle:
         except (BrokenPipeError, OSError):
             return False
 
-    def stop(self) -> None:
+    def stop(self, drop_queued: bool = False) -> None:
+        """Tells the worker to exit once its jobs are done; with `drop_queued`, the jobs it
+        holds but has not begun are given back unrun (`jobs_dropped`): the run is ending, and
+        a pool worker holds 2 x threads jobs, so a stop would otherwise run twice what is in
+        flight (a gate's jobs past its decision)."""
         if self.state is State.RUNNING:
-            self.send("stop", {})
+            self.send("stop", {"drop_queued": True} if drop_queued else {})
             self.state = State.STOPPING
             self.stop_sent_at = time.monotonic()
 

@@ -135,3 +135,21 @@ def test_max_jobs_per_worker_retires_pool_workers_and_never_runs_more_than_asked
         assert res.rc == 0, res.stderr[-3000:]
         assert crashes == 0 and sum(per_pid) == s["jobs"]
         assert {o for (o,) in db.execute("SELECT outcome FROM workers")} == {"clean"}
+
+
+def test_a_stop_gives_back_the_queued_jobs_a_worker_has_not_begun(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """A pool worker holds 2 x threads jobs; at the end of a timed run (or a gate's decision)
+    the ones not begun are not run: the run ends after the jobs in flight, and says how many
+    it left (before, a stop ran them all: a second 2048x4096 job here)."""
+    run = tmp_path / "run"
+    res = run_cli("soak", "--target", "cpu", "--programs", "unary.relu.f32.2048x4096",
+                  "--patterns", "shared", "--workers", "1", "--threads", "1", "--duration",
+                  "1s", "--json", "-q", "--results", str(run))
+    assert res.rc == 0, res.stderr[-3000:]
+    s = res.json()
+    assert "1 queued job(s) not started" in s["stop_reason"], s["stop_reason"]
+    assert "harness errors" not in s["stop_reason"] and "unreported" not in s["stop_reason"]
+    db = sqlite3.connect(run / "stress.db")
+    rows = db.execute("SELECT COUNT(*), SUM(ended_at IS NOT NULL) FROM jobs").fetchone()
+    assert rows[0] == rows[1] == s["jobs"] >= 1
