@@ -58,7 +58,9 @@ def record(s: Session, cls: FailureClass, h: WorkerHandle | None, job: Job | Non
     if count and s.observer is not None:
         from stress.engine.session import Outcome
 
-        s.observer.job(Outcome(job, h.pid if h else 0, True, (cls.value,)))
+        reason = s.observer.job(Outcome(job, h.pid if h else 0, True, (cls.value,)))
+        if reason:
+            s.stop(reason)
     return row
 
 

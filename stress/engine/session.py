@@ -73,10 +73,11 @@ class Outcome:
 
 
 class Observer(Protocol):
-    """Watches a run as it goes (the gate's sequential test): told every job outcome, asked
-    once a second whether the run should stop (a reason) or go on (None)."""
+    """Watches a run as it goes (the gate's sequential test): told every job outcome (and may
+    answer with a reason to stop at once), asked once a second whether the run should stop
+    (a reason) or go on (None)."""
 
-    def job(self, outcome: Outcome) -> None: ...
+    def job(self, outcome: Outcome) -> str | None: ...
 
     def should_stop(self) -> str | None: ...
 
@@ -423,8 +424,11 @@ class Session:
         # must not end a soak before a hang shows up
         self.failure_count += failed
         if self.observer is not None:
-            self.observer.job(Outcome(job, payload.get("pid") or h.pid, failed,
-                                      tuple(sorted({n["class"] for n in res["failures"]}))))
+            reason = self.observer.job(Outcome(job, payload.get("pid") or h.pid, failed,
+                                               tuple(sorted({n["class"]
+                                                             for n in res["failures"]}))))
+            if reason:
+                self.stop(reason)
 
     def on_jobs_dropped(self, h: WorkerHandle, payload: dict[str, Any]) -> None:
         """Fires when a stopping worker gave back jobs it held but had not begun: never run,

@@ -376,7 +376,15 @@ def jobs_to_pass(spec: GateSpec) -> int:
 class GateObserver:
     """Stops the soak as soon as the gate is decided (session.Observer). Job outcomes feed the
     sequential test; failures are classified against `--known` from the store (the observer
-    cannot tell a known crash from a new one by its class), at most once a second."""
+    cannot tell a known crash from a new one by its class), at most once a second.
+
+    Every job's end is a look (`job` returns the decision): a look costs one unit added to a
+    running test, and the session, which looks once a second, would add a second of jobs
+    (50-100 on cpu) past every decision. The per-job look counts every failure as new, so it
+    may only PASS (a known failure counted as new only makes PASS harder), or, when there is
+    no `--known` list (every failure is new), also FAIL; a FAIL that depends on which failures
+    are known waits for the once-a-second look, which reads the store and rebuilds the
+    test. A job seen again (a failure pinned on it after it ended) also waits for that look."""
 
     def __init__(self, spec: GateSpec, run_dir: Path):
         self.spec = spec
@@ -387,18 +395,31 @@ class GateObserver:
         self.known_only: set[Hashable] = set()  # failed jobs whose failures are all known
         self.fatal_new: str | None = None
         self._orphans = 0
+        self.live: SequentialTest | None = SequentialTest(spec)  # None: rebuild at next look
+        self._fail_live = not spec.known.entries  # no known list: a per-job FAIL is sound too
 
-    def job(self, outcome: Outcome) -> None:
-        """Every job's end; crashes and hangs pinned on no job count as a failed unit."""
+    def job(self, outcome: Outcome) -> str | None:
+        """Every job's end; crashes and hangs pinned on no job count as a failed unit. A stop
+        reason when this job decided the gate (class doc), else None."""
         if outcome.job is not None:
             key: Hashable = outcome.job.index
         else:
             self._orphans += 1
             key = ("process", outcome.pid, self._orphans)
+        seen = key in self.units
         cluster, failed = self.units.get(key, (outcome.pid, False))
         self.units[key] = (cluster, failed or outcome.failed)
         if outcome.failed:
             self.failed_outcomes += 1
+        if seen:
+            self.live = None
+        if self.live is None:
+            return None
+        self.live.add(cluster, failed or outcome.failed)
+        decision = self.live.step()
+        if decision is Decision.ACCEPT_H0 or (decision is Decision.ACCEPT_H1 and self._fail_live):
+            return _stop_reason(decision)
+        return None
 
     def _classify(self) -> None:
         """Which failed jobs only had known failures; whether a new fatal one exists."""
@@ -425,11 +446,14 @@ class GateObserver:
         test = SequentialTest(self.spec)
         for key, (cluster, failed) in self.units.items():
             test.add(cluster, failed and key not in self.known_only)
+        self.live = test  # later jobs add to what the store says now
         decision = test.decision()
-        if decision is Decision.CONTINUE:
-            return None
-        verdict = Verdict.PASS if decision is Decision.ACCEPT_H0 else Verdict.FAIL
-        return f"gate decided: {verdict.value} ({decision.describe()})"
+        return None if decision is Decision.CONTINUE else _stop_reason(decision)
+
+
+def _stop_reason(decision: Decision) -> str:
+    verdict = Verdict.PASS if decision is Decision.ACCEPT_H0 else Verdict.FAIL
+    return f"gate decided: {verdict.value} ({decision.describe()})"
 
 
 def gate_run_dir(results: Path | None) -> Path:

@@ -155,10 +155,39 @@ def test_the_live_observer_stops_the_soak_once_enough_clean_jobs_ended(tmp_path:
     obs = GateObserver(spec, tmp_path)
     need = jobs_to_pass(spec)
     for i in range(need - 1):
-        obs.job(Outcome(Job(i, "p", "shared", i, 10), 1000 + i // 20, False, ()))
+        assert obs.job(Outcome(Job(i, "p", "shared", i, 10), 1000 + i // 20, False, ())) is None
     assert obs.should_stop() is None
-    obs.job(Outcome(Job(need, "p", "shared", need, 10), 2000, False, ()))
+    # the job that decides says so itself: the run stops then, not at the next second's look
+    said = obs.job(Outcome(Job(need, "p", "shared", need, 10), 2000, False, ()))
+    assert "gate decided: PASS" in (said or "")
     assert "gate decided: PASS" in (obs.should_stop() or "")
+
+
+def test_a_job_that_decides_fail_stops_at_once_only_when_no_failure_can_be_known(
+        tmp_path: Path) -> None:
+    """Each job's end counts its failures as new: a FAIL there is sound without a --known
+    list; with one, the FAIL waits for the look that reads the store (the failures may be
+    known)."""
+    from stress.engine.jobs import Job
+    from stress.engine.session import Outcome
+    from stress.verdicts.gate import GateObserver
+
+    known = tmp_path / "known.toml"
+    known.write_text('[[known]]\nmatch = "error|*nothing like this*"\nnote = "filed"\n')
+    plain = GateObserver(GateSpec(RATE, fatal=frozenset()), tmp_path)
+    with_known = GateObserver(GateSpec(RATE, fatal=frozenset(), known=load_known(known)),
+                              tmp_path)
+    said: dict[str, int | None] = {"plain": None, "with_known": None}
+    for i in range(400):  # every other job fails, spread over many processes
+        out = Outcome(Job(i, "p", "shared", i, 10), 1000 + i // 10, i % 2 == 0,
+                      ("error",) if i % 2 == 0 else ())
+        for name, obs in (("plain", plain), ("with_known", with_known)):
+            reason = obs.job(out)
+            if reason and said[name] is None:
+                assert "gate decided: FAIL" in reason
+                said[name] = i
+    assert said["plain"] is not None and said["plain"] < 60
+    assert said["with_known"] is None
 
 
 def test_the_live_observer_stops_at_a_new_fatal_failure_it_reads_from_the_store(
