@@ -12,8 +12,8 @@ of this (every job its own process, one fixed rate).
 Each simulated gate is stress.verdicts.gate.SequentialTest, the code the real gate runs: it
 looks at every job's end (as the live gate does without a --known list), stops when decided,
 then takes the OVERSHOOT jobs still in flight (those the workers' threads had begun) and
-decides once more on everything (the real gate decides from the store after the run). Undecided at BUDGET
-jobs: INCONCLUSIVE.
+decides once more on everything (the real gate decides from the store after the run).
+Undecided at BUDGET jobs: INCONCLUSIVE.
 
 The true per-job rate t of each setting is measured on one simulation TRUTH_JOBS long. Then:
   at the bound      max-rate = t      a PASS is false: goal <= 5%
