@@ -80,6 +80,9 @@ class FakeEngine:
         self.model, self.mu, self.rng = model, mu, rng
         self.next_cluster = 0
         self.slots = [self._new_process() for _ in range(model.workers)]
+        for slot in self.slots:  # staggered, as the gate staggers its first limits: slots
+            slot[3] = float(rng.randrange(GATE_JOBS_PER_WORKER))  # that retire in step
+            #   would start the gate with fresh processes in all of them at once
         self.turn = 0
         # started in the steady state, so that the rate is the same at every moment of a gate
         # whatever its length: the processes found running at a random moment are not fresh

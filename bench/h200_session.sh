@@ -58,7 +58,7 @@ more)
   install
   timeout 130 python3 bench/soak_overhead.py --target cuda --artifacts "$ART" --procs 8 \
     --rounds 3 --seconds 4 > "$OUT/soak_overhead-cuda-h200.txt" 2>&1
-  python3 bench/parent_memory.py --target cuda --artifacts "$ART" --only-all-patterns \
+  setsid python3 bench/parent_memory.py --target cuda --artifacts "$ART" --only-all-patterns \
     --programs '' --workers 8 --all-patterns-duration 120s --samples "$OUT/rss.csv" \
     > "$OUT/parent_memory-cuda-h200.txt" 2>&1 &
   pm=$!
@@ -68,7 +68,7 @@ more)
       echo "== soak parent $p, $(date +%s)"; ps -o pid,stat,etime,wchan:30,cmd --ppid "$p"
       timeout 20 /tmp/site/bin/py-spy dump --native --pid "$p"
     done > "$OUT/soak-exit-stacks.txt" 2>&1
-    kill $pm
+    kill -- -$pm  # its own session: the soak it started goes too
   fi
   ls -la "$OUT"
   ;;

@@ -60,7 +60,7 @@ def measure(extra: list[str], keep: str | None = None, samples_to: str | None = 
         ps = psutil.Process(proc.pid)
         samples: list[tuple[float, float]] = []
         t0 = time.monotonic()
-        log = open(samples_to, "a") if samples_to else None  # noqa: SIM115
+        log = open(samples_to, "w") if samples_to else None  # noqa: SIM115
         while proc.poll() is None:
             try:
                 samples.append((time.monotonic() - t0, ps.memory_info().rss / 2**20))

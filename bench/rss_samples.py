@@ -21,6 +21,8 @@ def main() -> None:
     with open(args.samples) as f:
         samples = [(float(t), float(m)) for t, m in csv.reader(f)]
     running = [x for x in samples if x[0] <= args.soak_end]
+    if not running:
+        raise SystemExit(f"no sample at or before {args.soak_end:g} s in {args.samples}")
     after = [m for t, m in samples if t > args.soak_end]
     warm = running[len(running) // 20]  # parent_memory.py's rule: after the first 5%
     end = running[-1]

@@ -13,9 +13,10 @@ already filed are shown apart from new ones (and, in the gate, do not fail it).
 
 The key text is `class|signal|step|state|frame < frame < frame|message` (shown by
 `report --format json` as each signature's `key`). The key keeps a message's first 120
-characters; a pattern is also tried on the key with each of the signature's full messages
-(first line, numbers blanked) in that place, so `*CUDA_ERROR_INVALID_CONTEXT*` matches where
-the error's name comes late in the line. Each entry needs `signature` or `match`
+characters. For errors and miscompares, a pattern that misses the key is tried on the key with
+the signature's full messages in that place (first line, numbers blanked), and must match every
+one of them: `*CUDA_ERROR_INVALID_CONTEXT*` matches where the error's name comes late in the
+line, and does not make a signature known that also holds another CUDA error. Each entry needs `signature` or `match`
 and a `note`; `link` is optional. Python 3.11+ reads the file with tomllib; on 3.10 a small
 reader of this same subset is used (tables of `key = "string"` lines), so no dependency is
 added.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,14 +45,17 @@ class KnownFailure:
     link: str = ""
     line: int = 0  # where it is in the file (for messages)
 
-    def matches(self, sig_id: str, key_text: str | Sequence[str]) -> bool:
-        """`key_text`: the key, or the key and its variants with each full message (a key
-        holds the first MESSAGE_KEY_CHARS of a message; the words that tell a CUDA error
-        apart often come after)."""
+    def matches(self, sig_id: str, key_text: str, full_texts: Sequence[str] = ()) -> bool:
+        """By id, or the pattern over the key text, or over *every one* of the signature's
+        full-message texts (`Signature.full_texts`: a key holds the first 120 characters of
+        a message, and the words that tell one CUDA error from another often come after;
+        one signature may hold several, and a pattern that names one of them must not make
+        the others known)."""
         if self.signature:
             return sig_id == self.signature
-        texts = [key_text] if isinstance(key_text, str) else key_text
-        return any(fnmatch.fnmatchcase(t, self.match) for t in texts)
+        if fnmatch.fnmatchcase(key_text, self.match):
+            return True
+        return bool(full_texts) and all(fnmatch.fnmatchcase(t, self.match) for t in full_texts)
 
     def as_dict(self) -> dict[str, Any]:
         return {"signature": self.signature or None, "match": self.match or None,
@@ -63,13 +67,26 @@ class KnownFailures:
     path: Path | None
     entries: tuple[KnownFailure, ...]
 
-    def lookup(self, sig_id: str, key_text: str | Sequence[str]) -> KnownFailure | None:
-        """The first entry that names this signature (ids before patterns). `key_text` as in
-        `KnownFailure.matches` (`Signature.match_texts()`)."""
+    def lookup(self, sig_id: str, key_text: str,
+               full_texts: Sequence[str] | Callable[[], Sequence[str]] = ()) -> \
+            KnownFailure | None:
+        """The first entry that names this signature (ids before patterns). `full_texts` as
+        in `KnownFailure.matches`, or a function giving them (called only when a pattern
+        entry exists and the key alone matched none)."""
         by_id = [e for e in self.entries if e.signature and e.matches(sig_id, key_text)]
         if by_id:
             return by_id[0]
-        return next((e for e in self.entries if e.match and e.matches(sig_id, key_text)), None)
+        patterns = [e for e in self.entries if e.match]
+        hit = next((e for e in patterns if e.matches(sig_id, key_text)), None)
+        if hit is not None or not patterns:
+            return hit
+        full = full_texts() if callable(full_texts) else full_texts
+        return next((e for e in patterns if e.matches(sig_id, key_text, full)), None) \
+            if full else None
+
+    def lookup_signature(self, sig: Any) -> KnownFailure | None:
+        """lookup() for a `signatures.Signature`."""
+        return self.lookup(sig.id, sig.key.text(), sig.full_texts)
 
 
 EMPTY = KnownFailures(None, ())

@@ -181,7 +181,7 @@ def build(dirs: list[Path], known_paths: Sequence[Path] = ()) -> Report:
     summaries = [summary_mod.build(d) for d in dirs]
     sigs = signatures.build(data)
     for s in sigs:
-        s.known = kf.lookup(s.id, s.match_texts())
+        s.known = kf.lookup_signature(s)
     corr = correlation.correlate_all(data, sigs[:CORRELATED_SIGNATURES])
     any_failed = set().union(*(s.jobs for s in sigs)) if sigs else set()
     overall = exposure.job_rate(data, any_failed)
@@ -192,7 +192,7 @@ def build(dirs: list[Path], known_paths: Sequence[Path] = ()) -> Report:
     busy = gpuidle.detect_run(data)  # the time line's findings: signatures with no job
     idle_sigs = gpuidle.signatures(busy)
     for s in idle_sigs:
-        s.known = kf.lookup(s.id, s.match_texts())
+        s.known = kf.lookup_signature(s)
     return Report(data, summaries, sigs + idle_sigs, corr, factor_table,
                   exposure.exposure_counts(data), exposure.exit_paths(data), overall,
                   ", ".join(str(p) for p in known_paths) or None,

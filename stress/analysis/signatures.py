@@ -268,7 +268,7 @@ class SignatureKey:
         return "S" + hashlib.sha1(self.text().encode()).hexdigest()[:8]
 
     def with_message(self, message: str) -> str:
-        """text() with another message in its place (known-failure patterns, `match_texts`)."""
+        """text() with another message in its place (known-failure patterns, `full_texts`)."""
         return "|".join([self.cls, self.signal or "", self.step or "", self.state,
                          " < ".join(self.frames), message])
 
@@ -300,19 +300,28 @@ class Signature:
     def id(self) -> str:
         return self.key.id
 
-    def match_texts(self, limit: int = 8) -> list[str]:
-        """What known-failure patterns are tried on: the key text, then the key with each
-        distinct full message of its rows (first line, numbers blanked, not cut), at most
-        `limit` of them."""
-        texts = [self.key.text()]
-        for row in self.rows:
-            line = (row.get("message") or "").strip().splitlines()[:1]
-            full = self.key.with_message(_NUMBERS.sub("#", line[0])) if line else ""
-            if full and full not in texts:
-                texts.append(full)
-                if len(texts) > limit:
-                    break
-        return texts
+    def full_texts(self, limit: int = 8, scan: int = 5000) -> tuple[str, ...]:
+        """The key with each distinct full message of its rows in place of the cut one (first
+        line, numbers blanked): what a known-failure pattern must match *every one* of when
+        it does not match the key itself (known.KnownFailure.matches). Errors and
+        miscompares only (a crash's or hang's row message is the harness's own line, not
+        the fault's), and only rows whose message makes this key. Empty when there is no
+        such row, more than `limit` distinct messages, or rows past `scan` (the signature
+        cannot be judged by its messages: only the key counts)."""
+        if self.key.cls not in _NON_STACK_CLASSES:
+            return ()
+        lines: set[str] = set()
+        for n, row in enumerate(self.rows):
+            if n >= scan:
+                return ()
+            first = (row.get("message") or "").lstrip().partition("\n")[0].rstrip()
+            if first and first not in lines:
+                if message_key(first) != self.key.message:
+                    continue
+                lines.add(first)
+                if len(lines) > limit:
+                    return ()
+        return tuple(sorted(self.key.with_message(_NUMBERS.sub("#", x)) for x in lines))
 
     @property
     def exposure(self) -> exp.Exposure:

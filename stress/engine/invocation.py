@@ -75,7 +75,7 @@ def message_key(message: str) -> str:
     import re
 
     head = message.strip().splitlines()[0] if message.strip() else ""
-    return re.sub(r"0x[0-9a-f]+|\d+(\.\d+)?(e-?\d+)?", "#", head)[:120]
+    return re.sub(r"0x[0-9a-fA-F]+|\d+(\.\d+)?(e-?\d+)?", "#", head)[:120]
 
 
 WINDOW_STEPS: int = 24  # journal records of the failing thread kept with each failure note

@@ -63,6 +63,7 @@ from stress.vocab import FailureClass
 # jobs to decide; a wider one (R/10) passes only stacks far below the bound. The issue's target
 # (false FAIL <= 5% at R/4) names the same point.
 INDIFFERENCE_RATIO: float = 4.0
+_CLASS_VALUES: frozenset[str] = frozenset(c.value for c in FailureClass)
 DEFAULT_FATAL: tuple[FailureClass, ...] = (FailureClass.CRASH, FailureClass.HANG,
                                            FailureClass.TEARDOWN_HANG, FailureClass.MISCOMPARE)
 DEFAULT_BUDGET_S: float = 600.0  # 10 min: a CI step; at R = 1% a clean cpu run passes in ~10 s
@@ -310,7 +311,7 @@ def evaluate(dirs: Sequence[Path], spec: GateSpec, budget_ended: bool = False) -
     data = rundata.load(list(dirs))
     sigs = signatures.build(data)
     for s in sigs:
-        s.known = spec.known.lookup(s.id, s.match_texts())
+        s.known = spec.known.lookup_signature(s)
     new = [s for s in sigs if s.known is None]
     known = [s for s in sigs if s.known is not None]
     hit: set[tuple[str, int]] = set().union(*(failed_jobs(s) for s in new)) if new else set()
@@ -397,6 +398,9 @@ class GateObserver:
         self._orphans = 0
         self.live: SequentialTest | None = SequentialTest(spec)  # None: rebuild at next look
         self._fail_live = not spec.known.entries  # no known list: a per-job FAIL is sound too
+        self._fatal_pending = False  # a fatal-class failure not yet classified from the store
+        self.fatal_outcomes = 0
+        self._fatal_values = frozenset(c.value for c in spec.fatal)
 
     def job(self, outcome: Outcome) -> str | None:
         """Every job's end; crashes and hangs pinned on no job count as a failed unit. A stop
@@ -411,28 +415,38 @@ class GateObserver:
         self.units[key] = (cluster, failed or outcome.failed)
         if outcome.failed:
             self.failed_outcomes += 1
+        if {FailureClass(c) for c in outcome.classes if c in _CLASS_VALUES} & self.spec.fatal:
+            self.fatal_outcomes += 1  # new or known: only the store can tell
+            self._fatal_pending = True
         if seen:
             self.live = None
-        if self.live is None:
-            return None
+        if self.live is None or outcome.job is None:  # a failure pinned on no job: the
+            return None  # verdict counts none (rates are per job): the once-a-second look
         self.live.add(cluster, failed or outcome.failed)
-        decision = self.live.step()
-        if decision is Decision.ACCEPT_H0 or (decision is Decision.ACCEPT_H1 and self._fail_live):
-            return _stop_reason(decision)
-        return None
+        if self.live.step() is Decision.CONTINUE:
+            return None
+        decision = self.live.decision()  # the design effect refreshed, as the replay has it
+        if decision is Decision.CONTINUE or self._fatal_pending:
+            return None  # a fatal failure not yet classified: the once-a-second look
+        if self.failed_outcomes and not self._fail_live:
+            return None  # which failures are known decides it: the once-a-second look
+        return _stop_reason(decision)
 
     def _classify(self) -> None:
         """Which failed jobs only had known failures; whether a new fatal one exists."""
-        self.classified_at = self.failed_outcomes
         try:
             data = rundata.load([self.run_dir])
         except Exception:  # the store mid-write: try again next second
             return
+        self.classified_at = self.failed_outcomes
+        fatal_rows = sum(1 for r in data.failures if r["class"] in self._fatal_values)
+        if fatal_rows >= self.fatal_outcomes:  # every fatal failure told is in the store
+            self._fatal_pending = False
         sigs = signatures.build(data)
         new_jobs: set[Hashable] = set()
         known_jobs: set[Hashable] = set()
         for s in sigs:
-            k = self.spec.known.lookup(s.id, s.match_texts())
+            k = self.spec.known.lookup_signature(s)
             (known_jobs if k else new_jobs).update(i for _, i in failed_jobs(s))
             if k is None and FailureClass(s.cls) in self.spec.fatal and self.fatal_new is None:
                 self.fatal_new = f"new {s.cls} {s.id}: {s.describe()}"
@@ -448,7 +462,10 @@ class GateObserver:
             test.add(cluster, failed and key not in self.known_only)
         self.live = test  # later jobs add to what the store says now
         decision = test.decision()
-        return None if decision is Decision.CONTINUE else _stop_reason(decision)
+        if decision is Decision.CONTINUE or (decision is Decision.ACCEPT_H0
+                                             and self._fatal_pending):
+            return None  # a PASS waits until every fatal failure told is in the store
+        return _stop_reason(decision)
 
 
 def _stop_reason(decision: Decision) -> str:

@@ -142,14 +142,43 @@ def test_a_stop_gives_back_the_queued_jobs_a_worker_has_not_begun(
     """A pool worker holds 2 x threads jobs; at the end of a timed run (or a gate's decision)
     the ones not begun are not run: the run ends after the jobs in flight, and says how many
     it left (before, a stop ran them all: a second 2048x4096 job here)."""
+    import re
+
     run = tmp_path / "run"
     res = run_cli("soak", "--target", "cpu", "--programs", "unary.relu.f32.2048x4096",
-                  "--patterns", "shared", "--workers", "1", "--threads", "1", "--duration",
-                  "1s", "--json", "-q", "--results", str(run))
+                  "--patterns", "shared", "--workers", "2", "--threads", "1", "--duration",
+                  "3s", "--json", "-q", "--results", str(run))
     assert res.rc == 0, res.stderr[-3000:]
     s = res.json()
-    assert "1 queued job(s) not started" in s["stop_reason"], s["stop_reason"]
+    # each worker holds a queued job but for the ~ms between a job's end and its refill
+    m = re.search(r"(\d+) queued job\(s\) not started", s["stop_reason"])
+    assert m and int(m.group(1)) >= 1, s["stop_reason"]
     assert "harness errors" not in s["stop_reason"] and "unreported" not in s["stop_reason"]
     db = sqlite3.connect(run / "stress.db")
     rows = db.execute("SELECT COUNT(*), SUM(ended_at IS NOT NULL) FROM jobs").fetchone()
-    assert rows[0] == rows[1] == s["jobs"] >= 1
+    assert rows[0] == (rows[1] or 0) == s["jobs"]
+
+
+def test_a_worker_gives_back_only_what_no_thread_took_and_the_parent_forgets_those() -> None:
+    import queue
+    from types import SimpleNamespace
+
+    from stress.engine.jobs import Job
+    from stress.engine.session import Session
+    from stress.engine.worker import Worker
+
+    sent: list[tuple[str, dict[str, object]]] = []
+    w = SimpleNamespace(jobs=queue.Queue(), msg=SimpleNamespace(
+        send=lambda name, payload: sent.append((name, payload))))
+    jobs = [Job(i, "p", "shared", i, 10) for i in range(4)]
+    for j in jobs:
+        w.jobs.put(j)
+    assert w.jobs.get() is jobs[0]  # a thread began job 0
+    Worker.drop_queued(w)  # type: ignore[arg-type]
+    assert sent == [("jobs_dropped", {"jobs": [1, 2, 3]})] and w.jobs.empty()
+    h = SimpleNamespace(outstanding={j.index: j for j in jobs})
+    s = SimpleNamespace(jobs_not_started=0)
+    Session.on_jobs_dropped(s, h, sent[0][1])  # type: ignore[arg-type]
+    assert list(h.outstanding) == [0] and s.jobs_not_started == 3
+    Worker.drop_queued(w)  # type: ignore[arg-type]
+    assert len(sent) == 1  # nothing left: no message

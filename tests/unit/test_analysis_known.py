@@ -85,10 +85,28 @@ def test_a_pattern_matches_words_past_the_part_of_the_message_a_key_keeps(
     sig = Signature(key, rows=[{"message": message + "\nTraceback ..."}])
     entries = (known.KnownFailure("cuda context", match="error|*CUDA_ERROR_INVALID_CONTEXT*"),)
     k = known.KnownFailures(None, entries)
-    assert k.lookup(sig.id, sig.match_texts()) is entries[0]
+    assert k.lookup_signature(sig) is entries[0]
     assert k.lookup(sig.id, key.text()) is None
     other = Signature(key, rows=[{"message": message.replace("INVALID_CONTEXT", "OUT_OF_MEMORY")}])
-    assert k.lookup(other.id, other.match_texts()) is None
+    assert k.lookup_signature(other) is None
+    # one key, two errors past its 120 characters: naming one must not make the other known
+    mixed = Signature(key, rows=[{"message": message}, {"message": message.replace(
+        "INVALID_CONTEXT", "ILLEGAL_ADDRESS")}, {"message": message}])
+    assert k.lookup_signature(mixed) is None
+
+
+def test_a_crash_is_not_made_known_by_words_of_the_harness_line_about_it() -> None:
+    """A crash's row message is the harness's own line (worker, program, pattern): a pattern
+    must match the fault (the key), not that line."""
+    from stress.analysis.signatures import Signature, SignatureKey
+
+    key = SignatureKey("crash", "SIGSEGV", "invoke", "", ("memset", "iree_hal_fault"), "")
+    sig = Signature(key, rows=[{"message": "worker w3 killed by SIGSEGV while running "
+                                           "unary.exp.f32.64x64 [cross-thread] seed=1 n=20"}])
+    k = known.KnownFailures(None, (known.KnownFailure("x", match="*cross-thread*"),))
+    assert k.lookup_signature(sig) is None
+    assert known.KnownFailures(None, (known.KnownFailure("x", match="crash|SIGSEGV|*"),)) \
+        .lookup_signature(sig) is not None
 
 
 def test_the_cuda_known_file_in_docs_names_both_h200_errors() -> None:
@@ -98,4 +116,4 @@ def test_the_cuda_known_file_in_docs_names_both_h200_errors() -> None:
     for step, message in CUDA_MESSAGES:
         sig = Signature(SignatureKey("error", None, step, "", (), message_key(message)),
                         rows=[{"message": message}])
-        assert k.lookup(sig.id, sig.match_texts()) is not None, step
+        assert k.lookup_signature(sig) is not None, step

@@ -190,6 +190,43 @@ def test_a_job_that_decides_fail_stops_at_once_only_when_no_failure_can_be_known
     assert said["with_known"] is None
 
 
+def test_a_job_that_would_pass_waits_while_a_fatal_failure_is_not_in_the_store(
+        tmp_path: Path) -> None:
+    """A fatal failure told by its job's end may be new (a FAIL) or known: until the store
+    shows it, neither the per-job look nor the once-a-second one may PASS."""
+    from stress.engine.jobs import Job
+    from stress.engine.session import Outcome
+    from stress.verdicts.gate import GateObserver
+
+    spec = GateSpec(RATE)
+    need = jobs_to_pass(spec)
+    obs = GateObserver(spec, make_store(tmp_path / "r", "a", range(5)))  # no failure rows
+    obs.job(Outcome(Job(0, "p", "shared", 0, 10), 999, True, ("miscompare",)))
+    said = [obs.job(Outcome(Job(i, "p", "shared", i, 10), 1000 + i // 20, False, ()))
+            for i in range(1, 3 * need)]
+    assert not any(said)
+    assert obs.should_stop() is None  # the store has no fatal row yet: still waiting
+
+
+def test_a_job_seen_again_waits_for_the_look_that_rebuilds_the_test(tmp_path: Path) -> None:
+    """A failure pinned on a job after its end changes a unit already counted clean: the
+    running test is dropped and the once-a-second look rebuilds it."""
+    from stress.engine.jobs import Job
+    from stress.engine.session import Outcome
+    from stress.verdicts.gate import GateObserver
+
+    spec = GateSpec(RATE, fatal=frozenset())
+    obs = GateObserver(spec, tmp_path)
+    need = jobs_to_pass(spec)
+    obs.job(Outcome(Job(0, "p", "shared", 0, 10), 1000, False, ()))
+    obs.job(Outcome(Job(0, "p", "shared", 0, 10), 1000, True, ("error",)))  # pinned later
+    assert obs.live is None and obs.units[0] == (1000, True)
+    said = [obs.job(Outcome(Job(i, "p", "shared", i, 10), 1000 + i // 20, False, ()))
+            for i in range(1, need + 50)]
+    assert not any(said)  # no running test until the look
+    assert obs.should_stop() is not None and obs.live is not None
+
+
 def test_the_live_observer_stops_at_a_new_fatal_failure_it_reads_from_the_store(
         tmp_path: Path) -> None:
     from stress.engine.jobs import Job
