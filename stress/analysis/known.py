@@ -17,9 +17,9 @@ characters. For errors and miscompares, a pattern that misses the key is tried o
 the signature's full messages in that place (first line, numbers blanked), and must match every
 one of them: `*CUDA_ERROR_INVALID_CONTEXT*` matches where the error's name comes late in the
 line, and does not make a signature known that also holds another CUDA error. Each entry
-needs `signature` or `match` and a `note`; `link` is optional. Python 3.11+ reads the file with tomllib; on 3.10 a small
-reader of this same subset is used (tables of `key = "string"` lines), so no dependency is
-added.
+needs `signature` or `match` and a `note`; `link` is optional. Python 3.11+ reads the file
+with tomllib; on 3.10 a small reader of this same subset is used (tables of `key = "string"`
+lines), so no dependency is added.
 """
 
 from __future__ import annotations
