@@ -11,6 +11,7 @@ import os
 import platform
 import random
 import select
+import shutil
 import signal
 import sqlite3
 import sys
@@ -182,12 +183,19 @@ class Session:
         return env
 
     def worker_path(self) -> Path:
-        """RUN_DIR/worker-path/stress -> this package (created once)."""
+        """RUN_DIR/worker-path/stress: a copy of this package taken once, at the run's start
+        (about 1 MiB, with its bytecode). Every worker of the run imports the code the parent
+        runs, even when the checkout or the installed package changes under a long soak (a
+        link to the live package gave a worker started after an update an ImportError on
+        the H200: docs/gpu-runs.md)."""
         folder = self.run_dir.resolve() / "worker-path"
-        link = folder / "stress"
-        if not link.exists():
+        copy = folder / "stress"
+        if not copy.exists():
             folder.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
+            tmp = folder / f".stress-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(Path(__file__).resolve().parents[1], tmp, symlinks=True)
+            tmp.rename(copy)
         return folder
 
     def device_for(self, wid: int) -> str:

@@ -182,3 +182,39 @@ def test_a_worker_gives_back_only_what_no_thread_took_and_the_parent_forgets_tho
     assert list(h.outstanding) == [0] and s.jobs_not_started == 3
     Worker.drop_queued(w)  # type: ignore[arg-type]
     assert len(sent) == 1  # nothing left: no message
+
+
+def test_workers_started_after_the_package_changed_still_run_the_parents_code(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """A long soak outlives `git pull` or `pip install -U`: the run's workers import the copy
+    of the package taken at its start, not the live one (on the H200 a worker started after
+    the checkout was replaced died on an ImportError). Here a module of the package the soak
+    was started from is deleted while one-job processes keep starting."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import TEST_CACHE
+
+    root = tmp_path / "pkg"
+    shutil.copytree(REPO / "stress", root / "stress",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stress", "soak", "--target", "cpu", "--programs",
+         "binary.add.f32.3x5x7+3x5x7", "--patterns", "process-per-job", "--workers", "2",
+         "--duration", "6s", "--json", "-q", "--results", str(run)],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "IREE_STRESS_CACHE": str(TEST_CACHE), "PYTHONPATH": str(root)})
+    deadline = time.monotonic() + 60
+    while not (run / "stress.db").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.5)
+    (root / "stress" / "engine" / "procstate.py").unlink()  # the update lands mid-run
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    s = json.loads(out)
+    assert "harness errors" not in s["stop_reason"], s["stop_reason"]
+    assert s["jobs"] >= 4 and s["failed"] is False
+    assert not (run / "worker-path" / "stress").is_symlink()
