@@ -63,7 +63,6 @@ from stress.vocab import FailureClass
 # jobs to decide; a wider one (R/10) passes only stacks far below the bound. The target
 # (false FAIL <= 5% at R/4) names the same point.
 INDIFFERENCE_RATIO: float = 4.0
-_CLASS_VALUES: frozenset[str] = frozenset(c.value for c in FailureClass)
 DEFAULT_FATAL: tuple[FailureClass, ...] = (FailureClass.CRASH, FailureClass.HANG,
                                            FailureClass.TEARDOWN_HANG, FailureClass.MISCOMPARE)
 DEFAULT_BUDGET_S: float = 600.0  # 10 min: a CI step; at R = 1% a clean cpu run passes in ~10 s
@@ -415,7 +414,7 @@ class GateObserver:
         self.units[key] = (cluster, failed or outcome.failed)
         if outcome.failed:
             self.failed_outcomes += 1
-        if {FailureClass(c) for c in outcome.classes if c in _CLASS_VALUES} & self.spec.fatal:
+        if self._fatal_values.intersection(outcome.classes):
             self.fatal_outcomes += 1  # new or known: only the store can tell
             self._fatal_pending = True
         if seen:
