@@ -71,7 +71,8 @@ def main() -> None:
         argv = run_argv(tools, art, device_uri(args), prog.entry, data.inputs, Path(tmp) / "o.npy")
         print(f"# program {prog.name} on {device_uri(args)}, {args.parallel} at once, "
               f"{args.jobs} jobs per run, tool {argv[0]}")
-        ratios = []
+        ratios: list[float] = []
+        per_job: list[float] = []  # the soak parent's CPU per job (its summary's parent_cpu)
         for r in range(args.rounds):
             bare = bare_rate(argv, Path(tmp), args.jobs, args.parallel)
             run = Path(tmp) / f"soak{r}"
@@ -80,12 +81,14 @@ def main() -> None:
                      "--results", str(run))
             rate = steady_rate(str(run))
             ratios.append(rate / bare)
+            cpu = s["phases"]["parent_cpu"]
+            per_job.append(1000 * cpu["seconds"] / max(1, cpu["count"]))
             print(f"round {r}: bare {bare:7.1f} jobs/s   soak {rate:7.1f} jobs/s "
-                  f"({s['jobs']} jobs, {sum(s['failures'].values())} failures)   "
-                  f"soak/bare {rate / bare:.3f}",
+                  f"({s['jobs']} jobs, {sum(s['failures'].values())} failures, parent CPU "
+                  f"{per_job[-1]:.2f} ms/job)   soak/bare {rate / bare:.3f}",
                   flush=True)
         print(f"median soak/bare over {args.rounds} rounds: {statistics.median(ratios):.3f} "
-              "(target >= 0.90)")
+              f"(target >= 0.90); median parent CPU {statistics.median(per_job):.2f} ms/job")
         if args.record_s > 0:
             run = Path(tmp) / "record"
             s = soak("--engine", "native", *soak_target(args), "--programs", prog.name,

@@ -52,6 +52,7 @@ INPUT_SEED: int = 0  # inputs are written once per program (the native engine's 
 ONE_PROCESS_SCALE: float = 1 / 20  # jobs.invocations_for's default is 20 per job; a native
 #   job is one process (`-n` counts processes)
 _STATUS_LINE = re.compile(r"\b([A-Z_]{4,}); ")  # IREE status text: "...: INTERNAL; message"
+_INVOKE: str = Step.INVOKE.label  # (an enum property: read per job otherwise)
 _TOOLS: dict[str, str] = {"run": "iree-run-module", "bench": "iree-benchmark-module",
                           "dump": "iree-dump-replay", "replay": "iree-run-replay"}
 
@@ -118,10 +119,21 @@ def unsupported(program: Program) -> str | None:
 
 # ---- pure argv builders -----------------------------------------------------------------
 def run_argv(tools: NativeTools, vmfb: Path, device: str, entry: str, inputs: list[Path],
-             output: Path, replay_path: Path | None = None) -> list[str]:
-    argv = [str(tools.path("run")), f"--module={vmfb}", f"--device={device}",
-            f"--function={entry}", *[f"--input=@{p}" for p in inputs], f"--output=@{output}"]
-    return argv + ([f"--device_replay_output={replay_path}"] if replay_path else [])
+             output: Path | str, replay_path: Path | None = None) -> list[str]:
+    return run_prefix(tools, vmfb, device, entry, inputs) + run_tail(output, replay_path)
+
+
+def run_prefix(tools: NativeTools, vmfb: Path, device: str, entry: str,
+               inputs: list[Path]) -> list[str]:
+    """The part of a native-run argv that is the same for every job of a program."""
+    return [str(tools.path("run")), f"--module={vmfb}", f"--device={device}",
+            f"--function={entry}", *[f"--input=@{p}" for p in inputs]]
+
+
+def run_tail(output: Path | str, replay_path: Path | None = None) -> list[str]:
+    """The part of a native-run argv that is the job's own."""
+    return [f"--output=@{output}"] + ([f"--device_replay_output={replay_path}"]
+                                      if replay_path else [])
 
 
 def bench_argv(tools: NativeTools, vmfb: Path, device: str, entry: str, inputs: list[Path],
@@ -199,7 +211,8 @@ class NativeJudge:
     started_wall: float
     timeout_s: float
     teardown_timeout_s: float
-    output: Path | None  # native-run: the done marker and the result
+    output: str | None  # native-run: the done marker and the result (a str: the os calls
+    #   on it run per job, and pathlib's cost per call showed in the parent's profile)
     tools: NativeTools
     keeper: replay.ReplayKeeper | None
     replay_path: Path | None
@@ -209,7 +222,7 @@ class NativeJudge:
     facts_cache: dict[str, Any] = field(default_factory=dict)
 
     def watch(self, now_ns: int) -> Stuck | None:
-        if self.done_ns is None and self.output is not None and self.output.exists():
+        if self.done_ns is None and self.output is not None and os.path.exists(self.output):
             self.done_ns = now_ns
         if self.done_ns is not None:
             age = (now_ns - self.done_ns) / 1e9
@@ -229,7 +242,7 @@ class NativeJudge:
         signal_group(pid, signal.SIGKILL)
         res = JobResult()
         done = self.output is None and rc == 0 or \
-            self.output is not None and self.output.exists()
+            self.output is not None and os.path.exists(self.output)
         if done and self.output is not None:
             res.invocations = 1
             why = self._check()
@@ -258,11 +271,15 @@ class NativeJudge:
         before passes without decoding (the common case, ~0.4 ms less per job)."""
         assert self.output is not None
         try:
-            raw = self.output.read_bytes()
+            with open(self.output, "rb") as f:
+                raw = f.read()
         except OSError as exc:
             return f"output file unreadable: {exc}"
         finally:
-            self.output.unlink(missing_ok=True)
+            try:
+                os.unlink(self.output)
+            except FileNotFoundError:
+                pass
         if raw == self.data.golden_file:
             return None
         try:
@@ -290,7 +307,7 @@ class NativeJudge:
 
     def describe(self) -> dict[str, Any]:
         return {"native_tool": self.tools.folder.name, "output_written": self.done_ns is not None
-                or bool(self.output and self.output.exists()), **self.facts_cache}
+                or bool(self.output and os.path.exists(self.output)), **self.facts_cache}
 
     def add_evidence(self, folder: Path) -> None:
         """The replay and its JSONL tail into the failure folder (--record)."""
@@ -328,6 +345,7 @@ class NativeRunner:
         self.spare: list[tuple[Proc, int]] = []
         self.slot_logs: dict[int, tuple[Path, list[tuple[Path, int]], int]] = {}
         self.journal = self.run_dir / "journal" / "none.bin"  # tool processes keep none
+        self.prefix: dict[str, list[str]] = {}  # program -> run_prefix (built once)
 
     def program_data(self, name: str) -> ProgramData:
         if name not in self.data:
@@ -335,10 +353,16 @@ class NativeRunner:
         return self.data[name]
 
     def core_pending(self, slot: int) -> bool:
-        """A core still in the slot's folder: its reader has not finished (then deletes it)."""
+        """A core still in the slot's folder: its reader has not finished (then deletes it).
+        Only a process killed by a signal can have left one (our SIGKILL leaves none, and its
+        core is discarded): the folder is listed only then (a listdir per job cost ~3% of the
+        parent's time per job)."""
         entry = self.slot_logs.get(slot)
+        h = self.slots.held.get(slot)
+        if entry is None or h is None or (h.proc.returncode or 0) >= 0:
+            return False
         try:
-            return entry is not None and any(n.startswith("core") for n in os.listdir(entry[0]))
+            return any(n.startswith("core") for n in os.listdir(entry[0]))
         except OSError:
             return False
 
@@ -368,7 +392,7 @@ class NativeRunner:
             turns[turn] = (path, fd)
         elif st.st_size:
             os.ftruncate(fd, 0)
-        if not cwd.exists():
+        if not os.path.isdir(cwd):
             cwd.mkdir(parents=True, exist_ok=True)
             (cwd / _SLOT_MARKER).touch()
         return cwd, path, fd
@@ -390,15 +414,17 @@ class NativeRunner:
         prog = self.programs[job.program]
         data = self.program_data(job.program)
         replay_path = self.keeper.path(f"{spec.name}-j{job.index}") if self.keeper else None
-        output: Path | None = None
+        output: str | None = None
         if job.pattern == NATIVE_BENCH:
             argv = bench_argv(self.tools, self.artifacts[job.program], self.device, prog.entry,
                               data.inputs, BENCH_INVOCATIONS, replay_path)
         else:
-            output = cwd / f"{spec.name}.out.npy"  # per process: the slot's previous job
+            output = f"{cwd}/{spec.name}.out.npy"  # per process: the slot's previous job
             #   may still be unchecked when this one starts
-            argv = run_argv(self.tools, self.artifacts[job.program], self.device, prog.entry,
-                            data.inputs, output, replay_path)
+            if job.program not in self.prefix:
+                self.prefix[job.program] = run_prefix(self.tools, self.artifacts[job.program],
+                                                      self.device, prog.entry, data.inputs)
+            argv = self.prefix[job.program] + run_tail(output, replay_path)
         proc = spawn_fast(argv, stdout_fd=log_fd, stderr_fd=log_fd, env=self.env, cwd=cwd,
                           parent_pid=self.parent)
         fd, spare = exit_fd(proc)
@@ -412,7 +438,7 @@ class NativeRunner:
                             replay_path)
         h.watch, h.finish, h.describe = judge.watch, judge.finish, judge.describe
         h.add_evidence = judge.add_evidence
-        h.cwd, h.exe, h.default_step = cwd, argv[0], Step.INVOKE.label
+        h.cwd, h.exe, h.default_step = cwd, argv[0], _INVOKE
         return h
 
     def close(self) -> None:

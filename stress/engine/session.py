@@ -142,6 +142,7 @@ class Session:
         self.failures_by_class: Counter[str] = Counter()
         self.invocations_by_pattern: Counter[str] = Counter()
         self.invocations = 0
+        self.jobs_ended = 0  # job_done messages (the parent_cpu phase is per job)
         self.stopping = False
         self.stop_reason = ""
         self.jobs_not_started = 0  # given back unrun by workers told to stop (on_jobs_dropped)
@@ -412,6 +413,7 @@ class Session:
         """Fires when a worker thread finished a job (whatever its outcome)."""
         job = Job.from_dict(payload["job"])
         h.finished(job.index)
+        self.jobs_ended += 1
         res = payload["result"]
         failed = bool(res["errors"] or res["miscompare"])
         h.job_failed |= failed
@@ -738,6 +740,7 @@ class Session:
             for failure in self.startup_failures:
                 capture.record_startup(self, failure)
             self.start_telemetry()
+            cpu0 = time.process_time()
             with self.timed_phase("soak"):
                 self.top_up()
                 while not self.stopping:
@@ -745,6 +748,10 @@ class Session:
             with self.timed_phase("teardown"):  # stop sent: jobs finish, workers exit
                 while self.workers:
                     self.tick()
+            # the harness's own cost: the parent's CPU (all its threads) while jobs ran, per
+            # job ended (the native engine's throughput is bounded by it on a busy machine)
+            self.phases.seconds["parent_cpu"] = time.process_time() - cpu0
+            self.phases.count("parent_cpu", self.jobs_ended)
             self.cooldown()
             if self.interrupt is not None:  # interrupted while cooling down: still said so
                 raise Interrupted(self.interrupt)

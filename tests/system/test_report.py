@@ -29,7 +29,8 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory,
     run = tmp_path_factory.mktemp("report") / "run"
     res = run_cli("soak", "--target", "cpu", "--programs", PROGRAMS, "--workers", "2",
                   "--duration", "30s", "--seed", "21", "--inject", "segv@invoke:0.012",
-                  "--inject", "segv@upload:0.004", "--max-worker-restarts", "1000", "--json", "-q", "--results", str(run))
+                  "--inject", "segv@upload:0.004", "--max-worker-restarts", "1000", "--json",
+                  "-q", "--results", str(run))
     assert res.rc == 1, res.stderr[-2000:]
     return run, res.json()
 

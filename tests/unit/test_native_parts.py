@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from stress.engine import replay
 from stress.engine.native import (
+    NativeRunner,
     NativeTools,
     ProgramData,
     ToolsMissing,
@@ -24,6 +26,7 @@ from stress.engine.native import (
     status_message,
     unsupported,
 )
+from stress.engine.workermanage import State
 from stress.programs import corpus
 
 TOOLS = NativeTools(Path("/stack/iree/_runtime_libs"))
@@ -149,3 +152,23 @@ def test_submissions_no_later_call_waited_on_are_pending_and_the_tail_ends_at_th
     assert [r["sequence_ordinal"] for r in replay.pending(records)] == [2]
     assert [r["sequence_ordinal"] for r in replay.tail(records, 2)] == [2, 3]
     assert replay.last_operation(records) == "buffer.map_range"
+
+
+@pytest.mark.parametrize(("rc", "reused"), [(-11, False), (0, True), (3, True)])
+def test_a_slot_is_not_reused_while_a_crashed_process_core_waits_in_it(
+        tmp_path: Path, rc: int, reused: bool) -> None:
+    """A core is read in the background and the kernel would replace a `core` of the same
+    name: the slot of a process killed by a signal waits while its folder holds one. A
+    process that exited (0, or an IREE status) leaves no core: its slot is free at once,
+    even with a file named like a core there (its folder is not looked at)."""
+    runner = NativeRunner(TOOLS, {}, {}, "local-task", tmp_path)
+    assert runner.slots.take() == 0
+    cwd, _, _ = runner.slot_files(0)
+    (cwd / "core.4242").write_bytes(b"\0")
+    runner.slots.hold(0, SimpleNamespace(state=State.EXITED,  # type: ignore[arg-type]
+                                         proc=SimpleNamespace(returncode=rc)))
+    assert runner.slots.take() == (0 if reused else 1)
+    if not reused:
+        (cwd / "core.4242").unlink()  # its reader finished
+        assert runner.slots.take() == 0
+    runner.close()
