@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -39,7 +38,7 @@ from stress.engine.invocation import FailureNote, JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import Step
 from stress.engine.watchdog import Stuck
-from stress.engine.workermanage import LaunchSpec, Proc, WorkerHandle, signal_group
+from stress.engine.workermanage import LaunchSpec, Proc, WorkerHandle
 from stress.programs import dtypes
 from stress.programs.program import Program, Role, make_inputs
 
@@ -238,8 +237,7 @@ class NativeJudge:
         """job_done (+ bye) for a tool that got its work done (or failed it with an IREE
         status: an error, its clean way to end); nothing for one that died while working."""
         h = self.handle
-        pid = h.pid if h else 0
-        signal_group(pid, signal.SIGKILL)
+        pid = h.pid if h else 0  # (its process group is killed by the session's on_exit)
         res = JobResult()
         done = self.output is None and rc == 0 or \
             self.output is not None and os.path.exists(self.output)

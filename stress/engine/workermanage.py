@@ -173,6 +173,8 @@ class WorkerHandle:
 
     def pump(self) -> bool:
         """Reads what the worker wrote; queues parsed messages in `inbox`. False at EOF."""
+        if self.eof:  # (a tool's pidfd: a read fails once; an exit drains twice)
+            return False
         try:
             chunk = os.read(self.msg_fd, _READ_CHUNK)
         except BlockingIOError:

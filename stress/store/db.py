@@ -24,6 +24,21 @@ DB_NAME = "stress.db"
 FLUSH_PERIOD_S: float = 0.5
 
 
+
+_HIST_JSON: dict[tuple[int, ...], str] = {}  # a job's latency histogram as stored, by value
+
+
+def _hist_json(hist: list[int]) -> str:
+    """json.dumps of a latency histogram, memoized: most jobs have one of a few (a native job's
+    single invocation lands in one of a handful of buckets); encoding each took ~10 us."""
+    key = tuple(hist)
+    text = _HIST_JSON.get(key)
+    if text is None:
+        text = json.dumps(hist)
+        if len(_HIST_JSON) < 4096:
+            _HIST_JSON[key] = text
+    return text
+
 class StoreVersionError(UsageError):
     """The store was written by a newer iree-stress than this one (its schema is unknown here)."""
 
@@ -270,7 +285,7 @@ class RunStore:
              job["invocations"], res["invocations"], res["ok"], res["miscompare"], res["errors"],
              res["nondeterministic"], res["devices_created"], payload["started"],
              payload["ended"], res["latency_sum_us"], res["latency_max_us"],
-             json.dumps(res["latency_hist"]), outcome, res.get("full_teardowns", 0),
+             _hist_json(res["latency_hist"]), outcome, res.get("full_teardowns", 0),
              res.get("handle_releases", 0), payload.get("exit_path"), payload.get("pid")))
         self._bump()
 
