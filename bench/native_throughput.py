@@ -7,9 +7,10 @@ same `iree-run-module` commands at the same parallelism, and the disk a recorded
          output checked against the numpy reference, one store row per job and per process
 
 Rate = jobs per second; the soak's from its first job's start to its last job's end (the bare
-loop's from start to end). Rounds interleave (bare, soak, bare, soak, ...) and the median of the
-per-round ratios is reported: target soak/bare >= 0.90 with >= 1,000 jobs per soak. Then one
-`--record` soak of RECORD_S seconds: the replays it kept against replay.DISK_CAP_BYTES.
+loop's from start to end). Rounds interleave in ABBA order (bare then soak, soak then bare, ...)
+and the median of the per-round ratios is reported, with its quartiles: target soak/bare
+>= 0.90 with >= 1,000 jobs per soak. Then one `--record` soak of RECORD_S seconds: the replays
+it kept against replay.DISK_CAP_BYTES.
 
     python bench/native_throughput.py [--program NAME] [--parallel N] [--jobs N] [--rounds R]
                                       [--record-s S] [--target T --artifacts DIR]
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -73,13 +75,21 @@ def main() -> None:
               f"{args.jobs} jobs per run, tool {argv[0]}")
         ratios: list[float] = []
         per_job: list[float] = []  # the soak parent's CPU per job (its summary's parent_cpu)
-        for r in range(args.rounds):
-            bare = bare_rate(argv, Path(tmp), args.jobs, args.parallel)
+        def soak_round(r: int) -> tuple[dict[str, Any], float]:
             run = Path(tmp) / f"soak{r}"
             s = soak("--engine", "native", *soak_target(args), "--programs", prog.name,
                      "--parallel", str(args.parallel), "-n", str(args.jobs), "--seed", "1",
                      "--results", str(run))
-            rate = steady_rate(str(run))
+            return s, steady_rate(str(run))
+
+        for r in range(args.rounds):
+            if r % 2:  # ABBA: odd rounds run the soak first, so a drift of the machine's
+                #   speed over a round does not favour one side
+                s, rate = soak_round(r)
+                bare = bare_rate(argv, Path(tmp), args.jobs, args.parallel)
+            else:
+                bare = bare_rate(argv, Path(tmp), args.jobs, args.parallel)
+                s, rate = soak_round(r)
             ratios.append(rate / bare)
             cpu = s["phases"]["parent_cpu"]
             per_job.append(1000 * cpu["seconds"] / max(1, cpu["count"]))
@@ -87,8 +97,10 @@ def main() -> None:
                   f"({s['jobs']} jobs, {sum(s['failures'].values())} failures, parent CPU "
                   f"{per_job[-1]:.2f} ms/job)   soak/bare {rate / bare:.3f}",
                   flush=True)
+        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
         print(f"median soak/bare over {args.rounds} rounds: {statistics.median(ratios):.3f} "
-              f"(target >= 0.90); median parent CPU {statistics.median(per_job):.2f} ms/job")
+              f"(quartiles {q[0]:.3f}-{q[2]:.3f}; target >= 0.90); median parent CPU "
+              f"{statistics.median(per_job):.2f} ms/job")
         if args.record_s > 0:
             run = Path(tmp) / "record"
             s = soak("--engine", "native", *soak_target(args), "--programs", prog.name,

@@ -612,10 +612,12 @@ class Session:
             rc = h.poll()
             if rc is not None:
                 exited.append((h, rc))
-        if exited and self.cfg.engine != "python":
+        topped_up = bool(exited) and self.cfg.engine != "python"
+        if topped_up:
             # tool processes: replacements start before the exits are handled (output checks,
             # evidence, store rows), so no slot idles while the parent works
             self.top_up()
+            queued = (len(self.ppj_queue), len(self.pool_queue), len(self.workers))
         for h, rc in exited:
             capture.on_exit(self, h, rc)
         if self.pending_crashes:
@@ -646,7 +648,10 @@ class Session:
             reason = self.observer.should_stop()
             if reason:
                 self.stop(reason)
-        self.top_up()
+        if not topped_up or queued != (len(self.ppj_queue), len(self.pool_queue),
+                                       len(self.workers) + len(exited)):
+            self.top_up()  # (after the early one, only when exits put jobs back or ended
+            #   workers the early one did not count out: a call per job was ~3% of the parent)
         self.record_telemetry()
         self.store.tick()
         self.progress.tick()
