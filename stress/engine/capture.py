@@ -383,7 +383,8 @@ def record_startup(s: Session, failure: dict[str, Any]) -> None:
     then crashed or stalled in its teardown): recorded like any other, and the run goes on."""
     cls = FailureClass(failure["class"])
     folder = new_folder(s, cls, "probe")
-    attr = Attribution("probe", last_step=failure["step"])
+    attr = Attribution("probe", last_step=failure["step"],
+                       native_tid=failure.get("native_tid") or 0)
     if folder is not None:
         for name, text in failure.get("files", {}).items():
             (folder / name).write_text(text)

@@ -74,13 +74,24 @@ _REAP_TIMEOUT_S: float = 5.0  # after SIGKILL: a probe still not reaped is left 
 #   in the kernel; its process group was killed and it is reported as stalled)
 
 
+@dataclass
+class _Stall:
+    """What a stalled probe left: the deadline it went past, and the evidence taken before its
+    kill, as for a stuck worker (every thread sampled busy or blocked, then every stack), so
+    a stall in the driver's exit gets the signature a worker's would."""
+
+    deadline_s: float
+    files: dict[str, str]  # stacks.txt, threads.json
+    facts: dict[str, Any]  # evidence.ProcessEvidence.summary of the main thread
+
+
 def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: float) -> tuple[
-        str, list[dict[str, Any]], int | None, str, str, int, str]:
+        str, list[dict[str, Any]], int | None, str, str, int, _Stall | None]:
     """Runs the probe for one driver: (driver, stage lines, returncode or None when it stalled,
-    stderr, cwd, pid, the stalled probe's stacks.txt taken before its kill). Once the driver's
-    verdict is in, its release and the process's exit get
-    only `teardown_timeout_s` (a teardown stall must not cost the whole probe deadline). The
-    cwd is a fresh folder, where a core of a crashing probe would land."""
+    stderr, cwd, pid, the stall's evidence). Once the driver's verdict is in, its release and
+    the process's exit get only `teardown_timeout_s` (a teardown stall must not cost the
+    whole probe deadline). The cwd is a fresh folder, where a core of a crashing probe would
+    land."""
     cwd = tempfile.mkdtemp(prefix="iree-stress-probe-")
     err_file = Path(cwd) / "stderr"
     with open(err_file, "wb") as err_out:
@@ -94,7 +105,8 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
     start = time.monotonic()
     deadline = start + _PROBE_TIMEOUT_S
     rc: int | None = None
-    stalled_stacks = ""
+    stall: _Stall | None = None
+    limit_s = _PROBE_TIMEOUT_S
     while True:
         ready, _, _ = select.select([proc.stdout], [], [], 0.05)
         chunk = proc.stdout.read() if ready else None
@@ -106,14 +118,19 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
                     lines.append(json.loads(line))
                 except json.JSONDecodeError:
                     continue
-                if lines[-1].get("stage") == "verdict":
-                    deadline = min(deadline, time.monotonic() + teardown_timeout_s)
+                if lines[-1].get("stage") == "verdict" and \
+                        time.monotonic() + teardown_timeout_s < deadline:
+                    deadline = time.monotonic() + teardown_timeout_s
+                    limit_s = teardown_timeout_s
         rc = proc.poll()
         if rc is not None and not chunk:
             break
         if time.monotonic() > deadline:
-            # evidence before the kill, as for any stuck worker: every thread's stack
-            stalled_stacks = evidence.dump_stacks(proc.pid).render()
+            # evidence before the kill, as for any stuck worker; the main thread (tid = pid)
+            #   is the one that releases the driver and exits
+            ev = evidence.collect_many([proc.pid], since_wall=time.time() - (
+                time.monotonic() - start)).processes[proc.pid]
+            stall = _Stall(limit_s, ev.files(), ev.summary(proc.pid))
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -127,7 +144,7 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
     proc.stdout.close()
     err = err_file.read_bytes()[-_STDERR_TAIL:].decode(errors="replace")
     err_file.unlink()
-    return driver, lines, rc, err, cwd, proc.pid, stalled_stacks
+    return driver, lines, rc, err, cwd, proc.pid, stall
 
 
 def probe(python: str, drivers: Iterable[str], env: dict[str, str],
@@ -137,13 +154,13 @@ def probe(python: str, drivers: Iterable[str], env: dict[str, str],
     result = ProbeResult()
     with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
         runs = list(pool.map(lambda d: _one(python, d, env, teardown_timeout_s), names))
-    for driver, lines, rc, err, cwd, pid, stacks in runs:
-        _judge(result, python, driver, lines, rc, err, cwd, pid, stacks)
+    for driver, lines, rc, err, cwd, pid, stall in runs:
+        _judge(result, python, driver, lines, rc, err, cwd, pid, stall)
     return result
 
 
 def _judge(result: ProbeResult, python: str, driver: str, lines: list[dict[str, Any]],
-           rc: int | None, stderr: str, cwd: str, pid: int, stalled_stacks: str = "") -> None:
+           rc: int | None, stderr: str, cwd: str, pid: int, stall: _Stall | None = None) -> None:
     stages = [x.get("stage") for x in lines]
     for x in lines:
         if x.get("stage") == "imported":
@@ -157,7 +174,7 @@ def _judge(result: ProbeResult, python: str, driver: str, lines: list[dict[str, 
     last = stages[-1] if stages else None
     what = f"was killed by {signal_name(rc)}" if rc is not None and rc < 0 else \
         f"exited with status {rc}" if rc is not None else \
-        f"stalled for more than {_PROBE_TIMEOUT_S:g} s"
+        f"stalled for more than {stall.deadline_s if stall else _PROBE_TIMEOUT_S:g} s"
     if last in (None, "imported") and driver not in result.drivers:
         # died before any driver verdict: import or library load itself failed
         result.drivers[driver] = {"ok": False, "error": _reason(stderr) or f"probe {what}"}
@@ -172,21 +189,23 @@ def _judge(result: ProbeResult, python: str, driver: str, lines: list[dict[str, 
         ("crash" if rc is not None and rc < 0 else "error")
     facts: dict[str, Any] = {"stack_source": "none"}
     files = {"stderr.tail": stderr, "probe.jsonl": "\n".join(json.dumps(x) for x in lines)}
-    if hang and stalled_stacks:  # taken before the kill
-        files["stacks.txt"] = stalled_stacks
-        facts = {"stack_source": stalled_stacks.split("\n", 1)[0].lstrip("# ")}
+    native_tid = None
+    if hang and stall is not None:  # taken before the kill
+        files.update(stall.files)
+        facts = stall.facts
+        native_tid = pid  # the main thread: the probe's driver release and exit run there
     if rc is not None and rc < 0:  # its core, read like a worker's
         crash = evidence.collect_crash(pid, python, Path(cwd), stderr)
         facts = crash.summary()
         files.update(crash.files())
     result.failures.append({
         "class": cls, "step": step, "signal": signal_name(rc), "driver": driver,
-        "evidence": facts,
+        "evidence": facts, "native_tid": native_tid,
         "message": f"driver probe of {driver!r} {what} in {step}, after the driver loaded: "
                    "a failure of the stack under test",
         "files": {**files, "failure.json": json.dumps({
             "class": cls, "last_step": step, "signal": signal_name(rc), "exit_code": rc,
-            "attribution": "probe", **facts}, indent=1)}})
+            "attribution": "probe", "native_tid": native_tid, **facts}, indent=1)}})
     _cleanup(cwd)
 
 

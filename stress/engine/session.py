@@ -612,7 +612,11 @@ class Session:
             rc = h.poll()
             if rc is not None:
                 exited.append((h, rc))
-        topped_up = bool(exited) and self.cfg.engine != "python"
+        # only tool processes (h.watch): the early top-up counts them out once exited, so the
+        #   worker count below can tell whether on_exit ended anything else
+        topped_up = bool(exited) and self.cfg.engine != "python" and \
+            all(h.watch is not None for h, _ in exited)
+        queued: tuple[int, int, int] | None = None
         if topped_up:
             # tool processes: replacements start before the exits are handled (output checks,
             # evidence, store rows), so no slot idles while the parent works
@@ -651,7 +655,7 @@ class Session:
         if not topped_up or queued != (len(self.ppj_queue), len(self.pool_queue),
                                        len(self.workers) + len(exited)):
             self.top_up()  # (after the early one, only when exits put jobs back or ended
-            #   workers the early one did not count out: a call per job was ~3% of the parent)
+            #   other workers: a second call per job was ~3% of the parent's time)
         self.record_telemetry()
         self.store.tick()
         self.progress.tick()

@@ -24,7 +24,6 @@ DB_NAME = "stress.db"
 FLUSH_PERIOD_S: float = 0.5
 
 
-
 _HIST_JSON: dict[tuple[int, ...], str] = {}  # a job's latency histogram as stored, by value
 
 
@@ -38,6 +37,7 @@ def _hist_json(hist: list[int]) -> str:
         if len(_HIST_JSON) < 4096:
             _HIST_JSON[key] = text
     return text
+
 
 class StoreVersionError(UsageError):
     """The store was written by a newer iree-stress than this one (its schema is unknown here)."""

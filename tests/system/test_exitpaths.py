@@ -102,3 +102,27 @@ def test_every_soak_reports_its_exposures(tmp_path: Path,
     text = run_cli("soak", "--target", "cpu", "--programs", PROGRAMS, "--duration", "4s",
                    "-q", "--results", str(tmp_path / "t"))
     assert "process exits after device use" in text.stdout and "full teardowns" in text.stdout
+
+
+def test_a_driver_probe_that_stalls_in_its_exit_gets_the_workers_signature(
+        tmp_path: Path, fault_lib: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """The probe runs before the soak in the workers' environment, so a runtime whose exit
+    spins stalls it too: its evidence is a worker's (threads sampled, stacks, the main thread
+    named), and its failure joins the workers' signature instead of making one without
+    frames (once a 1-in-10 flake of the test above)."""
+    run = tmp_path / "run"
+    res = run_cli("soak", "--target", "cpu", "--patterns", "exit-clean", "--programs", PROGRAMS,
+                  "--duration", "6s", "--teardown-timeout", "1s", "--timeout", "5s",
+                  "--workers", "2", "--json", "-q", "--results", str(run),
+                  "--env", f"LD_PRELOAD={fault_lib}", "--env", "IREE_FAULT_EXIT=spin",
+                  "--env", "IREE_FAULT_EXIT_PROB=1", timeout=300)
+    assert res.rc == 1, res.stderr[-2000:]
+    hangs = [f for f in res.json()["failures_detail"] if f["class"] == "teardown_hang"]
+    probe = [f for f in hangs if f["message"].startswith("driver probe")]
+    assert len(probe) == 1 and "stalled for more than 1 s" in probe[0]["message"], hangs
+    assert len(hangs) >= 2  # and the workers' own
+    rep = run_cli("report", str(run), "--format", "json").json()
+    sigs = [g for g in rep["signatures"] if g["class"] == "teardown_hang"]
+    assert len(sigs) == 1 and sigs[0]["thread_state"] == "busy", sigs
+    assert sigs[0]["count"] == len(hangs)
+    assert any("iree_fault_spin" in f for f in sigs[0]["frames"]), sigs[0]["frames"]

@@ -5,7 +5,6 @@ the failure folders, `repro` counting exactly the faults that fired, `repro --re
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from pathlib import Path
 
@@ -44,7 +43,7 @@ def test_a_clean_native_soak_checks_every_output_and_leaves_nothing_behind(
     s = native_soak(run, "-n", "24")
     assert s["failed"] == 0 and s["jobs"] == 24 and s["invocations"] == 24, s
     cpu = s["phases"]["parent_cpu"]  # the harness's own cost, per job (bench reads it)
-    assert cpu["count"] == 24 and 0 < cpu["seconds"] < s["duration_s"] * os.cpu_count()
+    assert cpu["count"] == 24 and 0 < cpu["seconds"] < s["duration_s"] * 2  # mostly 1 thread
     db = sqlite3.connect(run / "stress.db")
     assert db.execute("SELECT SUM(ok), COUNT(*), COUNT(DISTINCT program) FROM jobs"
                       ).fetchone()[:2] == (24, 24)
