@@ -5,6 +5,10 @@ same `iree-run-module` commands at the same parallelism, and the disk a recorded
          module, device and input file, output to a file): no checks, no records, nothing else
   soak   `iree-stress soak --engine native --parallel N -n JOBS` of the same program: each job's
          output checked against the numpy reference, one store row per job and per process
+  floor  the least a Python parent can do for the same jobs (`floor_rate`): posix_spawn, wait
+         on a pidfd, compare the output's bytes with the first one's, delete it; no store, no
+         deadlines, no evidence. soak/floor is the cost of the harness's own bookkeeping;
+         floor/bare that of a Python parent as such
 
 Rate = jobs per second; the soak's from its first job's start to its last job's end (the bare
 loop's from start to end). Rounds interleave in ABBA order (bare then soak, soak then bare, ...)
@@ -19,6 +23,8 @@ it kept against replay.DISK_CAP_BYTES.
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import shlex
 import statistics
 import subprocess
@@ -55,6 +61,39 @@ def bare_rate(argv: list[str], out_dir: Path, jobs: int, parallel: int) -> float
     return jobs / (time.perf_counter() - t0)
 
 
+def floor_rate(argv: list[str], out_dir: Path, jobs: int, parallel: int) -> float:
+    """Jobs per second of a minimal Python launcher (module doc: floor) of argv[:-1] plus an
+    output file per job, `parallel` at once."""
+    env = dict(os.environ)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    actions = [(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)]
+    golden: bytes | None = None
+    live: dict[int, tuple[int, str]] = {}
+    started = done = 0
+    t0 = time.perf_counter()
+    while done < jobs:
+        while len(live) < parallel and started < jobs:
+            out = f"{out_dir}/f{started}.npy"
+            pid = os.posix_spawn(argv[0], [*argv[:-1], f"--output=@{out}"], env,
+                                 file_actions=actions, setsid=True)
+            live[os.pidfd_open(pid)] = (pid, out)
+            started += 1
+        ready, _, _ = select.select(list(live), [], [], 1.0)
+        for fd in ready:
+            pid, out = live.pop(fd)
+            os.close(fd)
+            os.waitpid(pid, 0)
+            with open(out, "rb") as f:
+                raw = f.read()
+            os.unlink(out)
+            golden = raw if golden is None else golden
+            if raw != golden:
+                raise SystemExit(f"floor: output {out} differs from the first")
+            done += 1
+    os.close(devnull)
+    return jobs / (time.perf_counter() - t0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--program", default="unary.exp.f32.64x64")
@@ -82,25 +121,35 @@ def main() -> None:
                      "--results", str(run))
             return s, steady_rate(str(run))
 
+        floors: list[float] = []
         for r in range(args.rounds):
-            if r % 2:  # ABBA: odd rounds run the soak first, so a drift of the machine's
-                #   speed over a round does not favour one side
-                s, rate = soak_round(r)
-                bare = bare_rate(argv, Path(tmp), args.jobs, args.parallel)
-            else:
-                bare = bare_rate(argv, Path(tmp), args.jobs, args.parallel)
-                s, rate = soak_round(r)
+            rates: dict[str, float] = {}
+            order = ["bare", "floor", "soak"]
+            if r % 2:  # ABBA: odd rounds run in reverse, so a drift of the machine's speed
+                #   over a round does not favour one arm
+                order.reverse()
+            for arm in order:
+                if arm == "bare":
+                    rates[arm] = bare_rate(argv, Path(tmp), args.jobs, args.parallel)
+                elif arm == "floor":
+                    rates[arm] = floor_rate(argv, Path(tmp), args.jobs, args.parallel)
+                else:
+                    s, rates[arm] = soak_round(r)
+            bare, rate = rates["bare"], rates["soak"]
             ratios.append(rate / bare)
+            floors.append(rates["floor"] / bare)
             cpu = s["phases"]["parent_cpu"]
             per_job.append(1000 * cpu["seconds"] / max(1, cpu["count"]))
-            print(f"round {r}: bare {bare:7.1f} jobs/s   soak {rate:7.1f} jobs/s "
-                  f"({s['jobs']} jobs, {sum(s['failures'].values())} failures, parent CPU "
-                  f"{per_job[-1]:.2f} ms/job)   soak/bare {rate / bare:.3f}",
-                  flush=True)
+            print(f"round {r}: bare {bare:6.1f}  floor {rates['floor']:6.1f}  soak {rate:6.1f}"
+                  f" jobs/s ({s['jobs']} jobs, {sum(s['failures'].values())} failures, parent "
+                  f"CPU {per_job[-1]:.2f} ms/job)  floor/bare {floors[-1]:.3f}  soak/bare "
+                  f"{rate / bare:.3f}", flush=True)
         q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
         print(f"median soak/bare over {args.rounds} rounds: {statistics.median(ratios):.3f} "
-              f"(quartiles {q[0]:.3f}-{q[2]:.3f}; target >= 0.90); median parent CPU "
-              f"{statistics.median(per_job):.2f} ms/job")
+              f"(quartiles {q[0]:.3f}-{q[2]:.3f}; target >= 0.90); median floor/bare "
+              f"{statistics.median(floors):.3f}; median soak/floor "
+              f"{statistics.median(r / f for r, f in zip(ratios, floors, strict=True)):.3f}; median parent "
+              f"CPU {statistics.median(per_job):.2f} ms/job")
         if args.record_s > 0:
             run = Path(tmp) / "record"
             s = soak("--engine", "native", *soak_target(args), "--programs", prog.name,
