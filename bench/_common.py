@@ -19,6 +19,11 @@ def header() -> None:
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                            "stress", "bench"], capture_output=True, text=True,
+                           cwd=ROOT).stdout.strip()
+    if dirty:  # the code measured is not the commit named: said, never hidden
+        commit += " + uncommitted changes"
     print(f"# python {shlex.join(sys.argv)}  (commit {commit}, {time.strftime('%Y-%m-%d')}, "
           f"{os.cpu_count()} cores)", flush=True)
 
