@@ -28,8 +28,9 @@ def main() -> None:
                                             re.M)]
     ratios = [float(x) for x in _ROUND.findall(text)]
     q = statistics.quantiles(ratios, n=4)
+    met = sum(r >= 0.90 for r in ratios)
     print(f"{len(runs)} runs, {len(ratios)} rounds: soak/bare median "
-          f"{statistics.median(ratios):.3f} (quartiles {q[0]:.3f}-{q[2]:.3f}); {sum(r >= 0.90 for r in ratios)} of "
+          f"{statistics.median(ratios):.3f} (quartiles {q[0]:.3f}-{q[2]:.3f}); {met} of "
           f"{len(ratios)} rounds >= 0.90")
 
 
