@@ -58,9 +58,7 @@ def record(s: Session, cls: FailureClass, h: WorkerHandle | None, job: Job | Non
     if count and s.observer is not None:
         from stress.engine.session import Outcome
 
-        reason = s.observer.job(Outcome(job, h.pid if h else 0, True, (cls.value,)))
-        if reason:
-            s.stop(reason)
+        s.observe(Outcome(job, h.pid if h else 0, True, (cls.value,)))
     return row
 
 

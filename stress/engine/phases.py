@@ -20,6 +20,11 @@ class Phases:
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - t0
 
+    def record(self, name: str, seconds: float, count: int) -> None:
+        """A phase measured elsewhere (the parent's CPU over the soak: `parent_cpu`)."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self.count(name, count)
+
     def count(self, name: str, n: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + n
 

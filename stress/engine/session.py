@@ -434,11 +434,15 @@ class Session:
         # must not end a soak before a hang shows up
         self.failure_count += failed
         if self.observer is not None:
-            reason = self.observer.job(Outcome(job, payload.get("pid") or h.pid, failed,
-                                               tuple(sorted({n["class"]
-                                                             for n in res["failures"]}))))
-            if reason:
-                self.stop(reason)
+            self.observe(Outcome(job, payload.get("pid") or h.pid, failed,
+                                 tuple(sorted({n["class"] for n in res["failures"]}))))
+
+    def observe(self, outcome: Outcome) -> None:
+        """A job's end (or a failure pinned on none) to the observer; its stop reason stops
+        the run at once."""
+        reason = self.observer.job(outcome) if self.observer is not None else None
+        if reason:
+            self.stop(reason)
 
     def on_jobs_dropped(self, h: WorkerHandle, payload: dict[str, Any]) -> None:
         """Fires when a stopping worker gave back jobs it held but had not begun: never run,
@@ -759,8 +763,7 @@ class Session:
                     self.tick()
             # the harness's own cost: the parent's CPU (all its threads) while jobs ran, per
             # job ended (the native engine's throughput is bounded by it on a busy machine)
-            self.phases.seconds["parent_cpu"] = time.process_time() - cpu0
-            self.phases.count("parent_cpu", self.jobs_ended)
+            self.phases.record("parent_cpu", time.process_time() - cpu0, self.jobs_ended)
             self.cooldown()
             if self.interrupt is not None:  # interrupted while cooling down: still said so
                 raise Interrupted(self.interrupt)
