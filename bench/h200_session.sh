@@ -6,6 +6,7 @@
 #                                  # its own session (it outlives the call), waits ~9.5 min
 #   bench/h200_session.sh finish   # waits for the soak, exports its time line and report,
 #                                  # then the bench ratios on the now idle GPU
+#   bench/h200_session.sh ratios   # the ratio benches alone, in one call of ~9 minutes
 #
 # Prepared here (no compiler, no registry there): the cp312 iree-base-runtime and py-spy wheels
 # in .cache/hgpu/wheels and `iree-stress compile --target cuda --export .cache/hgpu/cuda`.
@@ -72,8 +73,21 @@ more)
   fi
   ls -la "$OUT"
   ;;
+ratios)
+  # the harness-vs-bare-loop ratios (the bench `finish` and `more` could not complete), then
+  # failure latency and native throughput again, for more samples than the first session's
+  install
+  nvidia-smi -L
+  timeout 220 python3 bench/soak_overhead.py --target cuda --artifacts "$ART" --procs 8 \
+    --rounds 3 --seconds 5 > "$OUT/soak_overhead-cuda-h200.txt" 2>&1
+  timeout 120 python3 bench/failure_latency.py --target cuda --artifacts "$ART" --workers 8 \
+    > "$OUT/failure_latency-cuda-h200-2.txt" 2>&1
+  timeout 200 python3 bench/native_throughput.py --target cuda --artifacts "$ART" \
+    --parallel 8 --jobs 150 --rounds 5 --record-s 0 > "$OUT/native_throughput-cuda-h200-2.txt" 2>&1
+  ls -la "$OUT"
+  ;;
 *)
-  echo "usage: $0 start|finish|more" >&2
+  echo "usage: $0 start|finish|more|ratios" >&2
   exit 2
   ;;
 esac
