@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from stress.engine import postmortem, replay
-from stress.engine.execrunner import Slots, exit_fd, spawn_fast
+from stress.engine.execrunner import CoreLimit, Slots, exit_fd, spawn_fast
 from stress.engine.invocation import FailureNote, JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import Step
@@ -47,6 +47,7 @@ NATIVE_BENCH: str = "native-bench"
 NATIVE_PATTERNS: tuple[str, ...] = (NATIVE_RUN, NATIVE_BENCH)
 BENCH_INVOCATIONS: int = 100  # per iree-benchmark-module process: ~50 ms of a small program
 _SLOT_MARKER: str = ".slot"  # keeps a slot's core folder non-empty (never tidied away)
+_LOG_KEEP_BYTES: int = 256 << 10  # a slot's log is emptied past this (a tool's banner is ~50 B)
 INPUT_SEED: int = 0  # inputs are written once per program (the native engine's fixed input)
 ONE_PROCESS_SCALE: float = 1 / 20  # jobs.invocations_for's default is 20 per job; a native
 #   job is one process (`-n` counts processes)
@@ -239,11 +240,11 @@ class NativeJudge:
         h = self.handle
         pid = h.pid if h else 0  # (its process group is killed by the session's on_exit)
         res = JobResult()
-        done = self.output is None and rc == 0 or \
-            self.output is not None and os.path.exists(self.output)
-        if done and self.output is not None:
+        raw = self._take_output()
+        done = self.output is None and rc == 0 or raw is not None
+        if raw is not None:
             res.invocations = 1
-            why = self._check()
+            why = self._check(raw)
             if why is None:
                 res.ok = 1
             else:
@@ -262,22 +263,31 @@ class NativeJudge:
         self._settle(failed)
         return [("job_done", {"job": self.job.as_dict(), "started": self.started_wall,
                               "ended": time.time(), "result": res.as_dict(), "pid": pid}),
-                ("bye", {"pid": pid, "rc": rc})]
+                ("bye", {})]  # (pid and exit status are columns of its row already)
 
-    def _check(self) -> str | None:
-        """The output against the reference; a file byte-identical to one that matched it
-        before passes without decoding (the common case, ~0.4 ms less per job)."""
-        assert self.output is not None
+    def _take_output(self) -> bytes | Exception | None:
+        """The output file's bytes, deleted once read (one open, no exists() first); None when
+        the tool wrote none, the error when it cannot be read."""
+        if self.output is None:
+            return None
         try:
             with open(self.output, "rb") as f:
-                raw = f.read()
+                raw: bytes | Exception = f.read()
+        except FileNotFoundError:
+            return None
         except OSError as exc:
-            return f"output file unreadable: {exc}"
-        finally:
-            try:
-                os.unlink(self.output)
-            except FileNotFoundError:
-                pass
+            raw = exc
+        try:
+            os.unlink(self.output)
+        except FileNotFoundError:
+            pass
+        return raw
+
+    def _check(self, raw: bytes | Exception) -> str | None:
+        """The output against the reference; a file byte-identical to one that matched it
+        before passes without decoding (the common case, ~0.4 ms less per job)."""
+        if isinstance(raw, Exception):
+            return f"output file unreadable: {raw}"
         if raw == self.data.golden_file:
             return None
         try:
@@ -344,6 +354,7 @@ class NativeRunner:
         self.slot_logs: dict[int, tuple[Path, list[tuple[Path, int]], int]] = {}
         self.journal = self.run_dir / "journal" / "none.bin"  # tool processes keep none
         self.prefix: dict[str, list[str]] = {}  # program -> run_prefix (built once)
+        self.core_limit: CoreLimit | None = None  # raised at the first launch, until close
 
     def program_data(self, name: str) -> ProgramData:
         if name not in self.data:
@@ -364,14 +375,16 @@ class NativeRunner:
         except OSError:
             return False
 
-    def slot_files(self, slot: int) -> tuple[Path, Path, int]:
-        """(core folder, log path, log fd) for the next process of `slot`. Every metadata
-        operation per job costs (creating, truncating, removing files took 0.5-2 ms each on
-        this shared disk under load), so: two logs per slot used in turn, kept open, emptied
-        only when not empty; stdout and stderr go to the same log (in order: the IREE status
-        line of a failed tool is found in it all the same), which the tool's banner keeps from
-        being tidied away as empty; the slot folder holds a marker so that it stays. The log
-        not taken still holds the previous job's output until that job's exit is handled."""
+    def slot_files(self, slot: int) -> tuple[Path, Path, int, int]:
+        """(core folder, log path, log fd, where the next process's output starts in it) for
+        the next process of `slot`. Every metadata operation per job costs (creating,
+        truncating, removing files took 0.5-2 ms each on this shared disk under load), so: two
+        logs per slot used in turn, kept open, emptied only past _LOG_KEEP_BYTES (a process's
+        output is read from its start offset on); stdout and stderr go to the same log (in
+        order: the IREE status line of a failed tool is found in it all the same), which the
+        tool's banner keeps from being tidied away as empty; the slot folder holds a marker so
+        that it stays. The log not taken still holds the previous job's output until that
+        job's exit is handled."""
         if slot not in self.slot_logs:
             cwd = postmortem.core_dir(self.run_dir, f"slot{slot}")
             (cwd / _SLOT_MARKER).touch()
@@ -384,16 +397,21 @@ class NativeRunner:
         self.slot_logs[slot] = (cwd, turns, 1 - turn)
         path, fd = turns[turn]
         st = os.fstat(fd)
+        start = st.st_size
         if st.st_nlink == 0:  # tidied away after all
             os.close(fd)
             fd = self._open_log(path)
             turns[turn] = (path, fd)
-        elif st.st_size:
+            start = 0
+        elif start > _LOG_KEEP_BYTES:
             os.ftruncate(fd, 0)
-        if not os.path.isdir(cwd):
-            cwd.mkdir(parents=True, exist_ok=True)
-            (cwd / _SLOT_MARKER).touch()
-        return cwd, path, fd
+            start = 0
+        return cwd, path, fd, start
+
+    @staticmethod
+    def _make_slot_dir(cwd: Path) -> None:
+        cwd.mkdir(parents=True, exist_ok=True)
+        (cwd / _SLOT_MARKER).touch()
 
     @staticmethod
     def _open_log(path: Path) -> int:
@@ -408,7 +426,7 @@ class NativeRunner:
             os.close(fd)
             self.spare.remove((p, fd))
         slot = self.slots.take()
-        cwd, log_path, log_fd = self.slot_files(slot)
+        cwd, log_path, log_fd, log_from = self.slot_files(slot)
         prog = self.programs[job.program]
         data = self.program_data(job.program)
         replay_path = self.keeper.path(f"{spec.name}-j{job.index}") if self.keeper else None
@@ -423,13 +441,23 @@ class NativeRunner:
                 self.prefix[job.program] = run_prefix(self.tools, self.artifacts[job.program],
                                                       self.device, prog.entry, data.inputs)
             argv = self.prefix[job.program] + run_tail(output, replay_path)
-        proc = spawn_fast(argv, stdout_fd=log_fd, stderr_fd=log_fd, env=self.env, cwd=cwd,
-                          parent_pid=self.parent)
+        if self.core_limit is None:
+            self.core_limit = CoreLimit()
+        try:
+            proc = spawn_fast(argv, stdout_fd=log_fd, stderr_fd=log_fd, env=self.env, cwd=cwd,
+                              parent_pid=self.parent, limit_raised=True)
+        except FileNotFoundError:
+            if os.path.isdir(cwd):
+                raise  # (the tool itself is gone)
+            self._make_slot_dir(cwd)  # tidied away after all (checked only now: a stat per
+            #   job showed in the parent's profile)
+            proc = spawn_fast(argv, stdout_fd=log_fd, stderr_fd=log_fd, env=self.env, cwd=cwd,
+                              parent_pid=self.parent, limit_raised=True)
         fd, spare = exit_fd(proc)
         if spare is not None:
             self.spare.append((proc, spare))
         h = WorkerHandle(spec.worker_id, spec.generation, proc, fd, self.journal, log_path,
-                         log_path, ephemeral=True)
+                         log_path, ephemeral=True, messages=False, log_from=log_from)
         self.slots.hold(slot, h)
         judge = NativeJudge(h, job, data, time.monotonic_ns(), time.time(), spec.timeout_s,
                             spec.teardown_timeout_s, output, self.tools, self.keeper,
@@ -440,6 +468,8 @@ class NativeRunner:
         return h
 
     def close(self) -> None:
+        if self.core_limit is not None:
+            self.core_limit.close()
         for _, fd in self.spare:
             os.close(fd)
         self.spare.clear()

@@ -601,7 +601,9 @@ class Session:
 
     def tick(self) -> None:
         fds = {h.msg_fd: h for h in self.workers.values()
-               if h.state is not State.EXITED and not h.eof}  # a closed pipe would spin
+               if h.state is not State.EXITED and not h.eof and
+               (h.messages or h.proc.returncode is None)}  # a closed pipe, or the exit fd
+        #   of a reaped process, would spin
         if fds:
             ready, _, _ = select.select(list(fds), [], [], _TICK_S)
         else:

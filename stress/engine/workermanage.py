@@ -78,6 +78,8 @@ class WorkerHandle:
     expected_rc: int = 0  # a clean end (exit-sigterm jobs end by SIGTERM on purpose)
     facts_worker: bool = False  # asked to report the runtime facts
     eof: bool = False  # its message pipe is closed: leave it out of select()
+    messages: bool = True  # False: msg_fd is an exit fd (execrunner.exit_fd), never read (a
+    #   failed read of a pidfd raised an OSError per process: ~5% of the parent's time)
     batch: int | None = None  # exit-family wave this process belongs to
     # Runners of processes without our journal or message pipe (native tools, a user's
     # command) judge them themselves: `watch(now_ns)` says when one is stuck (else the journal
@@ -98,6 +100,7 @@ class WorkerHandle:
     add_evidence: Callable[[Path], None] | None = None  # its runner's own files (a native
     #   job's HAL replay) into a failure folder of it, after the session's
     started_wall: float = field(default_factory=time.time)
+    log_from: int = 0  # where this process's output starts in its logs (shared by turns)
     _buf: bytes = b""
     _journal: JournalReader | None = None
     inbox: deque[tuple[str, dict[str, Any]]] = field(default_factory=deque)
@@ -173,7 +176,7 @@ class WorkerHandle:
 
     def pump(self) -> bool:
         """Reads what the worker wrote; queues parsed messages in `inbox`. False at EOF."""
-        if self.eof:  # (a tool's pidfd: a read fails once; an exit drains twice)
+        if self.eof or not self.messages:
             return False
         try:
             chunk = os.read(self.msg_fd, _READ_CHUNK)
@@ -241,7 +244,7 @@ class WorkerHandle:
             with open(path, "rb") as f:
                 f.seek(0, os.SEEK_END)
                 size = f.tell()
-                f.seek(max(0, size - max_bytes))
+                f.seek(max(self.log_from if size >= self.log_from else 0, size - max_bytes))
                 return f.read().decode(errors="replace")
         except OSError:
             return ""

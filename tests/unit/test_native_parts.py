@@ -13,6 +13,7 @@ import pytest
 
 from stress.engine import replay
 from stress.engine.native import (
+    _LOG_KEEP_BYTES,
     NativeRunner,
     NativeTools,
     ProgramData,
@@ -26,7 +27,7 @@ from stress.engine.native import (
     status_message,
     unsupported,
 )
-from stress.engine.workermanage import State
+from stress.engine.workermanage import State, WorkerHandle
 from stress.programs import corpus
 
 TOOLS = NativeTools(Path("/stack/iree/_runtime_libs"))
@@ -163,7 +164,7 @@ def test_a_slot_is_not_reused_while_a_crashed_process_core_waits_in_it(
     even with a file named like a core there (its folder is not looked at)."""
     runner = NativeRunner(TOOLS, {}, {}, "local-task", tmp_path)
     assert runner.slots.take() == 0
-    cwd, _, _ = runner.slot_files(0)
+    cwd, _, _, _ = runner.slot_files(0)
     (cwd / "core.4242").write_bytes(b"\0")
     runner.slots.hold(0, SimpleNamespace(state=State.EXITED,  # type: ignore[arg-type]
                                          proc=SimpleNamespace(returncode=rc)))
@@ -171,4 +172,25 @@ def test_a_slot_is_not_reused_while_a_crashed_process_core_waits_in_it(
     if not reused:
         (cwd / "core.4242").unlink()  # its reader finished
         assert runner.slots.take() == 0
+    runner.close()
+
+
+def test_a_process_reads_only_its_own_part_of_its_slots_log(tmp_path: Path) -> None:
+    """A slot's two logs are emptied only past a size, not per job: a process's output is
+    read from where it started, so an earlier job's error status is never taken as its own."""
+    runner = NativeRunner(TOOLS, {}, {}, "local-task", tmp_path)
+    _, path, fd, start = runner.slot_files(0)
+    assert start == 0
+    os.write(fd, b"iree/hal/x.c:1: INTERNAL; an earlier job's failure\n")
+    runner.slot_files(0)  # the slot's other log
+    _, again, fd, start = runner.slot_files(0)
+    assert again == path and start > 0
+    os.write(fd, b"EXEC @main\n")
+    h = WorkerHandle(0, 0, SimpleNamespace(pid=1), -1,  # type: ignore[arg-type]
+                     tmp_path / "j", path, path, ephemeral=True, log_from=start)
+    assert h.tail(path) == "EXEC @main\n"
+    os.write(fd, b"x" * (_LOG_KEEP_BYTES + 1))
+    runner.slot_files(0)
+    _, _, fd, start = runner.slot_files(0)
+    assert start == 0 and os.fstat(fd).st_size == 0
     runner.close()

@@ -130,3 +130,55 @@ def test_an_error_the_parent_saw_counts_as_a_failure_of_the_run(tmp_path: Path) 
     store.close()
     s = summary.build(tmp_path)
     assert s["failures"]["error"] == 1 and s["failed"]
+
+
+def _workers(run_dir: Path) -> list[dict[str, object]]:
+    conn = db.connect(run_dir / db.DB_NAME, readonly=True)
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM workers ORDER BY id")]
+    finally:
+        conn.close()
+
+
+def test_worker_rows_keep_every_column_whether_they_end_before_or_after_their_commit(
+        tmp_path: Path) -> None:
+    """Worker rows are written at the commit (one insert for a row that ended before it);
+    a reader sees the same rows as when each call was its own statement."""
+    clock = _Clock()
+    store = db.RunStore(tmp_path, clock=clock)
+    store.start_run("r", 1, "cmd", {}, {})
+    quick = store.add_worker("r", 0, 0, 101)
+    store.set_worker_device(quick, "cuda://0")
+    store.end_worker(quick, 0, None, "exit", {"native_tool": "t"}, outcome="clean",
+                     device_used=True, pattern="native-run", job_index=7, bye_at=5.0)
+    slow = store.add_worker("r", 1, 0, 102)
+    assert _workers(tmp_path) == []  # nothing committed yet
+    store.flush()
+    assert [w["pid"] for w in _workers(tmp_path)] == [101, 102]
+    store.set_worker_device(slow, "cuda://1")
+    store.end_worker(slow, None, "SIGKILL", "hang", {"bye": {"x": [1]}}, outcome="hang")
+    store.end_worker(slow, -9, "SIGKILL", "reaped after SIGKILL")  # facts given before stay
+    later = store.add_worker("r", 2, 1, 103)
+    store.close()
+    rows = {w["pid"]: w for w in _workers(tmp_path)}
+    assert len({w["id"] for w in rows.values()}) == 3 and rows[103]["id"] == later
+    q = rows[101]
+    assert (q["id"], q["device"], q["exit_code"], q["end_reason"], q["outcome"],
+            q["device_used"], q["pattern"], q["job_index"], q["bye_at"]) == \
+        (quick, "cuda://0", 0, "exit", "clean", 1, "native-run", 7, 5.0)
+    assert q["facts"] == '{"native_tool": "t"}'
+    s = rows[102]
+    assert (s["device"], s["exit_code"], s["end_reason"], s["outcome"], s["facts"]) == \
+        ("cuda://1", -9, "reaped after SIGKILL", "hang", '{"bye": {"x": [1]}}')
+    assert rows[103]["ended_at"] is None  # still running when the store closed
+
+
+def test_a_reopened_store_numbers_new_workers_after_the_old_ones(tmp_path: Path) -> None:
+    store = db.RunStore(tmp_path)
+    store.start_run("r", 1, "cmd", {}, {})
+    first = store.add_worker("r", 0, 0, 1)
+    store.close()
+    again = db.RunStore(tmp_path)
+    assert again.add_worker("r", 1, 0, 2) == first + 1
+    again.close()
+    assert [w["pid"] for w in _workers(tmp_path)] == [1, 2]

@@ -34,6 +34,7 @@ def store_run(run_dir: Path, line: str, devices: tuple[str, ...] = ("cuda",)) ->
         if len(devices) > 1:
             store.set_worker_device(row, dev)
         store.end_worker(row, 0, None, "done")
+    store.flush()  # (worker rows are written at the commit; this SQL goes around the store)
     store.db.execute("UPDATE workers SET ended_at=?", (doc["workers_done"],))
     store.add_failure("r1", {"class": "hang", "pid": 100 + len(devices) - 1, "worker": 0,
                              "message": "step past deadline", "last_step": "invoke",
