@@ -48,6 +48,23 @@ def steady_rate(run_dir: str) -> float:
     return float(inv) / (t1 - t0)
 
 
+def per_worker_rates(run_dir: str) -> tuple[float, float]:
+    """(invocations/s, devices created/s) summed over the soak's worker processes, each from
+    its first job's start to its last job's end: how bench/bare_loop.py's processes are
+    summed (each times its own loop). A soak's workers start one after another; on a GPU each
+    creates a context first (~0.2 s, serialized in the driver), so a short soak's run-wide
+    span counts the later workers' start-up as the harness's time."""
+    import sqlite3
+
+    db = sqlite3.connect(Path(run_dir) / "stress.db")
+    rows = db.execute("SELECT SUM(invocations), SUM(devices_created), MIN(started_at), "
+                      "MAX(ended_at) FROM jobs GROUP BY worker").fetchall()
+    db.close()
+    spans = [(inv, dev, t1 - t0) for inv, dev, t0, t1 in rows if t1 > t0]
+    return (sum(inv / span for inv, _, span in spans),
+            sum(dev / span for _, dev, span in spans))
+
+
 def add_target_args(ap: Any) -> None:
     """--target, --device and --artifacts (a `compile --export` folder, for machines without
     a compiler, e.g. the H200): the same options in every script."""

@@ -23,9 +23,9 @@ from _common import (
     artifact,
     device_uri,
     header,
+    per_worker_rates,
     soak,
     soak_target,
-    steady_rate,
 )
 
 
@@ -50,20 +50,14 @@ def bare(program: str, mode: str, procs: int, seconds: float, args: argparse.Nam
 
 def harness(program: str, pattern: str, procs: int, seconds: float,
             args: argparse.Namespace) -> tuple[float, float]:
-    """(invocations/s, devices created/s) of a soak of one pattern."""
-    import sqlite3
-    from pathlib import Path
-
+    """(invocations/s, devices created/s) of a soak of one pattern, summed over its workers
+    as the bare loop's processes are (`per_worker_rates`)."""
     with tempfile.TemporaryDirectory() as tmp:
         s = soak(*soak_target(args), "--patterns", pattern, "--programs", program,
                  "--workers", str(procs), "--threads", "1", "--duration", f"{seconds}s",
                  "--seed", "1", "--results", f"{tmp}/run")
         assert not s["failed"], s["failures"]
-        db = sqlite3.connect(Path(s["results_dir"]) / "stress.db")
-        dev, t0, t1 = db.execute("SELECT SUM(devices_created), MIN(started_at), "
-                                 "MAX(ended_at) FROM jobs").fetchone()
-        db.close()
-        return steady_rate(s["results_dir"]), float(dev) / (t1 - t0)
+        return per_worker_rates(s["results_dir"])
 
 
 def main() -> None:
