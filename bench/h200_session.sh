@@ -7,6 +7,7 @@
 #   bench/h200_session.sh finish   # waits for the soak, exports its time line and report,
 #                                  # then the bench ratios on the now idle GPU
 #   bench/h200_session.sh ratios   # the ratio benches alone, in one call of ~9 minutes
+#   bench/h200_session.sh overhead # soak_overhead alone, 10 s rounds (~6 minutes)
 #
 # Prepared here (no compiler, no registry there): the cp312 iree-base-runtime and py-spy wheels
 # in .cache/hgpu/wheels and `iree-stress compile --target cuda --export .cache/hgpu/cuda`.
@@ -86,8 +87,18 @@ ratios)
     --parallel 8 --jobs 150 --rounds 5 --record-s 0 > "$OUT/native_throughput-cuda-h200-2.txt" 2>&1
   ls -la "$OUT"
   ;;
+overhead)
+  # the harness-vs-bare ratios alone, with rounds long enough that the workers' staggered
+  # CUDA context start-up (~0.2 s each, serialized) is a small part of each
+  install
+  nvidia-smi -L
+  timeout "${OVERHEAD_TIMEOUT_S:-560}" python3 bench/soak_overhead.py --target cuda \
+    --artifacts "$ART" --procs 8 --rounds "${ROUNDS:-3}" --seconds "${SECONDS_PER_RUN:-10}" \
+    > "$OUT/soak_overhead-cuda-h200.txt" 2> "$OUT/soak_overhead-cuda-h200.log"
+  echo "soak_overhead exit $?"; cat "$OUT/soak_overhead-cuda-h200.txt" "$OUT/soak_overhead-cuda-h200.log"
+  ;;
 *)
-  echo "usage: $0 start|finish|more|ratios" >&2
+  echo "usage: $0 start|finish|more|ratios|overhead" >&2
   exit 2
   ;;
 esac

@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from _common import (
@@ -75,9 +76,14 @@ def main() -> None:
     print(f"{'pattern':10s} {'program':32s} {'bare/s':>10s} {'harness/s':>10s} {'ratio':>6s}")
     for pattern, program in cases:
         b_rates, h_rates, h_devs, c_rates = [], [], [], []
-        for _ in range(args.rounds):  # interleaved, so machine noise hits both alike
+        for i in range(args.rounds):  # interleaved, so machine noise hits both alike
+            t0 = time.monotonic()
             b_rates.append(bare(program, pattern, args.procs, args.seconds, args))
+            t1 = time.monotonic()
             rate, devs = harness(program, pattern, args.procs, args.seconds, args)
+            print(f"# {pattern} {program} round {i}: bare {b_rates[-1]:.0f}/s in "
+                  f"{t1 - t0:.1f} s, harness {rate:.0f}/s in {time.monotonic() - t1:.1f} s "
+                  "(wall, start-up and exit included)", file=sys.stderr, flush=True)
             h_rates.append(rate)
             h_devs.append(devs)
             if pattern == "per-call":
