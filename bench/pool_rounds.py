@@ -24,7 +24,7 @@ _ROUND = re.compile(r"^round \d+:.*soak/bare ([\d.]+)\s*$", re.M)
 def main() -> None:
     header()
     text = "".join(Path(p).read_text() for p in sys.argv[1:])
-    runs = [m.group(0) for m in re.finditer(r"^# python bench/native_throughput\.py.*$", text,
+    runs = [m.group(0) for m in re.finditer(r"^# python \S*bench/native_throughput\.py.*$", text,
                                             re.M)]
     ratios = [float(x) for x in _ROUND.findall(text)]
     q = statistics.quantiles(ratios, n=4)
