@@ -8,6 +8,7 @@
 #                                  # then the bench ratios on the now idle GPU
 #   bench/h200_session.sh ratios   # the ratio benches alone, in one call of ~9 minutes
 #   bench/h200_session.sh overhead # soak_overhead alone, 10 s rounds (~6 minutes)
+#   bench/h200_session.sh latency  # failure_latency with time for all its samples
 #
 # Prepared here (no compiler, no registry there): the cp312 iree-base-runtime and py-spy wheels
 # in .cache/hgpu/wheels and `iree-stress compile --target cuda --export .cache/hgpu/cuda`.
@@ -97,8 +98,17 @@ overhead)
     > "$OUT/soak_overhead-cuda-h200.txt" 2> "$OUT/soak_overhead-cuda-h200.log"
   echo "soak_overhead exit $?"; cat "$OUT/soak_overhead-cuda-h200.txt" "$OUT/soak_overhead-cuda-h200.log"
   ;;
+latency)
+  # failure_latency with time for all its samples (20 crashes, 10 hangs): the earlier calls
+  # cut it at 100-120 s with 3-5 of each
+  install
+  nvidia-smi -L
+  timeout "${LATENCY_TIMEOUT_S:-500}" python3 bench/failure_latency.py --target cuda \
+    --artifacts "$ART" --workers 8 > "$OUT/failure_latency-cuda-h200-3.txt" 2>&1
+  echo "failure_latency exit $?"; cat "$OUT/failure_latency-cuda-h200-3.txt"; df -h /tmp | tail -1
+  ;;
 *)
-  echo "usage: $0 start|finish|more|ratios|overhead" >&2
+  echo "usage: $0 start|finish|more|ratios|overhead|latency" >&2
   exit 2
   ;;
 esac

@@ -63,6 +63,26 @@ def wilson(k: float, n: float, z: float = Z95) -> tuple[float, float]:
     return lo, hi
 
 
+def median_interval(values: Sequence[float],
+                    confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """Distribution-free interval for the median: the order statistics x(j) and x(n+1-j), j the
+    largest rank with P(Binomial(n, 1/2) < j) <= (1 - confidence) / 2, so the interval covers the
+    true median with probability >= confidence whatever the distribution (independent samples).
+    None when n is too small for any such pair (n < 6 at 95%)."""
+    xs = sorted(values)
+    n = len(xs)
+    tail = (1 - confidence) / 2
+    cdf, j = 0.0, 0  # cdf = P(B < j + 1) as j grows
+    while j < n // 2:
+        cdf += math.comb(n, j) / 2.0 ** n
+        if cdf > tail:
+            break
+        j += 1
+    if j == 0:
+        return None
+    return xs[j - 1], xs[n - j]
+
+
 def _betacf(a: float, b: float, x: float) -> float:
     qab, qap, qam = a + b, a + 1.0, a - 1.0
     c, d = 1.0, 1.0 - qab * x / qap

@@ -21,6 +21,7 @@ from stress.analysis.stats import (
     fisher_exact_stratified,
     fmt_rate,
     independent_rate,
+    median_interval,
     multiple_comparisons_note,
     standardized_rate,
     t_quantile,
@@ -172,3 +173,23 @@ def test_large_stratified_tables_use_mantel_haenszel_close_to_the_exact_test() -
     huge = [(300, 700, 1000, 3000)] * 7  # 2,100 failing jobs: the exact convolution is slow
     assert fisher_exact_stratified(huge) < 1e-10
     assert fisher_exact_stratified([(250, 750, 1000, 3000)] * 7) > 0.4
+
+
+def test_median_interval_uses_the_binomial_order_statistics() -> None:
+    # n = 20 at 95%: the 6th and 15th of the sorted values (the textbook ranks); n = 6: the
+    # extremes (coverage 1 - 2/64); n = 5: no pair of order statistics reaches 95%
+    assert median_interval(list(range(20, 0, -1))) == (6, 15)
+    assert median_interval([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]) == (1.0, 6.0)
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+
+
+def test_median_interval_covers_the_median_of_a_skewed_distribution() -> None:
+    rng = random.Random(7)
+    true_median = math.log(2)  # of the exponential distribution with rate 1
+    for n in (9, 33, 120):
+        trials, covered = 2000, 0
+        for _ in range(trials):
+            interval = median_interval([rng.expovariate(1.0) for _ in range(n)])
+            assert interval is not None
+            covered += interval[0] <= true_median <= interval[1]
+        assert covered / trials >= 0.94, (n, covered / trials)
