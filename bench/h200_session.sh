@@ -99,12 +99,14 @@ overhead)
   echo "soak_overhead exit $?"; cat "$OUT/soak_overhead-cuda-h200.txt" "$OUT/soak_overhead-cuda-h200.log"
   ;;
 latency)
-  # failure_latency with time for all its samples (20 crashes, 10 hangs): the earlier calls
-  # cut it at 100-120 s with 3-5 of each
+  # failure_latency with all its samples (20 crashes, 10 hangs): the earlier runs had 3-6 of
+  # each, because the cross-thread and churn patterns' known CUDA context errors filled
+  # --max-failures first; those patterns are left out here
   install
   nvidia-smi -L
   timeout "${LATENCY_TIMEOUT_S:-500}" python3 bench/failure_latency.py --target cuda \
-    --artifacts "$ART" --workers 8 > "$OUT/failure_latency-cuda-h200-3.txt" 2>&1
+    --artifacts "$ART" --workers 8 --patterns "${LATENCY_PATTERNS:-shared,per-thread,per-call}" \
+    > "$OUT/failure_latency-cuda-h200-3.txt" 2>&1
   echo "failure_latency exit $?"; cat "$OUT/failure_latency-cuda-h200-3.txt"; df -h /tmp | tail -1
   ;;
 *)
