@@ -32,6 +32,25 @@ def show(label: str, values: list[float], goal: float) -> None:
           f"max {worst:6.3f} s  goal <= {goal:g} s  {'OK' if worst <= goal else 'MISSED'}")
 
 
+def late_and_busy(run_dir: str, deadline: float) -> None:
+    """Whether the late hangs were late because the parent was busy: the time from the
+    previous deadline scan to the one that declared the hang (0.1 s when idle)."""
+    pairs = []
+    for f in Path(run_dir, "failures").glob("*/failure.json"):
+        t = json.loads(f.read_text()).get("timing", {})
+        if t.get("declared_after_step_begin_s") is not None and t.get("scan_gap_s") is not None:
+            pairs.append((t["declared_after_step_begin_s"] - deadline, t["scan_gap_s"]))
+    if not pairs:
+        print(f"{'  scan gap before the declaring scan':44s} no samples")
+        return
+    gaps = sorted(g for _, g in pairs)
+    late = [(lag, g) for lag, g in pairs if lag > 0.5]
+    print(f"{'  scan gap before the declaring scan':44s} n={len(gaps):3d}  median "
+          f"{statistics.median(gaps):6.3f} s  max {gaps[-1]:6.3f} s; {len(late)} declared more "
+          f"than 0.5 s late, {sum(g > 0.5 for _, g in late)} of them after a gap over 0.5 s "
+          "(the parent busy with other evidence)")
+
+
 def stopped(label: str, summary: dict[str, Any]) -> None:
     """Why a soak ended and what failed in it: samples come only from the injected faults, so
     other failures (a known defect) filling --max-failures show here as few samples."""
@@ -75,6 +94,7 @@ def main() -> None:
              args.timeout + 1.0)
         show("evidence (telemetry, stacks) + kill", timings(hang["results_dir"],
                                                              "evidence_and_kill_s"), 10.0)
+        late_and_busy(hang["results_dir"], args.timeout)
 
 
 if __name__ == "__main__":

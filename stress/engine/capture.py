@@ -280,9 +280,12 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     s.retire(h)
 
 
-def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
+def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
+             scan_gap_s: float | None = None) -> None:
     """Workers past a deadline: drain their results, take every one's evidence (telemetry,
-    stacks) while all are still alive, then kill them all, then record one failure each."""
+    stacks) while all are still alive, then kill them all, then record one failure each.
+    scan_gap_s: the time since the previous deadline scan; far above the scan period, the
+    parent was busy (another hang's evidence, a crash's) and the hang is declared that late."""
     backend = s.cfg.target.backend.value
     t0 = time.monotonic()
     for h, _ in stuck:
@@ -322,7 +325,8 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]]) -> None:
             message += f" ({len(stuck)} workers stuck at once)"
         timing = {"stacks_s": t_stacks - t0, "kill_s": t_killed - t_stacks,
                   "evidence_and_kill_s": t_killed - t0, "deadline_s": deadline,
-                  "declared_after_step_begin_s": st.age_s, "workers_stuck": len(stuck)}
+                  "declared_after_step_begin_s": st.age_s, "workers_stuck": len(stuck),
+                  "scan_gap_s": scan_gap_s}
         facts: dict[str, Any] = hang.processes[h.pid].summary(attr.native_tid or _main_tid(h))
         if h.describe is not None:
             facts.update(h.describe())

@@ -153,6 +153,7 @@ class Session:
         self.config_path = run_dir / "worker-config.json"
         self.progress = Progress(config, self)
         self.last_watchdog = 0.0
+        self.last_scan_ns: int | None = None  # the previous deadline scan (a hang's timing)
         self.spawn_env: dict[str, str] | None = None
         self.last_sample = 0.0
         self.healthy_samples = 0
@@ -575,6 +576,8 @@ class Session:
         """Every worker past a deadline: evidence of all of them first (a GPU-wide stall hangs
         several at once), then the kills."""
         now_ns = time.monotonic_ns()
+        gap_s = None if self.last_scan_ns is None else (now_ns - self.last_scan_ns) / 1e9
+        self.last_scan_ns = now_ns
         limits = self.limits()
         stuck = []
         for h in list(self.workers.values()):
@@ -590,7 +593,7 @@ class Session:
             if found is not None:
                 stuck.append((h, found))
         if stuck:
-            capture.on_stuck(self, stuck)
+            capture.on_stuck(self, stuck, scan_gap_s=gap_s)
 
     # ---- main loop ---------------------------------------------------------------------
     def stop(self, reason: str) -> None:

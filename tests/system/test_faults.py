@@ -114,6 +114,9 @@ def test_a_hung_workers_folder_holds_native_stacks_showing_the_stuck_frame(
         assert (folder / name).exists(), name
     timing = json.loads((folder / "failure.json").read_text())["timing"]
     assert timing["evidence_and_kill_s"] < 10
+    # the one hang of this soak: the parent was not busy elsewhere, so its previous deadline
+    # scan was about one scan period (0.1 s) before, far less than the 2 s deadline
+    assert 0 < timing["scan_gap_s"] < 1.0
 
 
 def descendants_alive(root_pid: int) -> list[int]:
