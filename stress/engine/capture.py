@@ -12,7 +12,7 @@ import json
 import re
 import signal
 import time
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from stress.engine.jobs import Job
     from stress.engine.session import Session
 
+_RESCAN_S: float = 0.1  # deadline scans while hang evidence is taken (the watchdog period)
 _MAX_FAILURE_FOLDERS: int = 200  # crash/hang folders per run; errors and miscompares take none
 EXIT_HARNESS: int = 70  # worker.EXIT_HARNESS: iree-stress's own code failed in the worker
 
@@ -280,23 +281,59 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     s.retire(h)
 
 
+_EVIDENCE_BATCHES: int = 4  # hang batches whose evidence is taken at once (8 stack tools each)
+
+
 def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
              scan_gap_s: float | None = None) -> None:
     """Workers past a deadline: drain their results, take every one's evidence (telemetry,
     stacks) while all are still alive, then kill them all, then record one failure each.
-    scan_gap_s: the time since the previous deadline scan; far above the scan period, the
-    parent was busy (another hang's evidence, a crash's) and the hang is declared that late."""
+
+    The evidence is taken in a background thread while this loop goes on scanning (every
+    watchdog period): a worker that passes its deadline meanwhile is declared then, and its
+    evidence taken at once in a batch of its own, instead of after this batch is done (hangs
+    in a burst were declared up to an evidence time late). Each batch is killed and recorded
+    as soon as its evidence is in. scan_gap_s: the time since the previous deadline scan; far
+    above the scan period, the parent was busy (a crash's evidence, a slow tick)."""
     backend = s.cfg.target.backend.value
-    t0 = time.monotonic()
-    for h, _ in stuck:
-        s.drain(h)  # jobs that finished while it hung keep their results
-    hang = evidence.collect_many([h.pid for h, _ in stuck],
-                                 # SIGUSR1 (the faulthandler fallback) only where a handler
-                                 # is installed: our workers once they said hello
-                                 stderr_paths={h.pid: h.stderr_path for h, _ in stuck
-                                               if h.hello_at is not None and h.watch is None},
-                                 backend=backend,
-                                 since_wall=min(h.started_wall for h, _ in stuck))
+    pool = ThreadPoolExecutor(_EVIDENCE_BATCHES, thread_name_prefix="hang-evidence")
+    batches: dict[Future[evidence.HangEvidence],
+                  tuple[list[tuple[WorkerHandle, Stuck]], float, float | None]] = {}
+    handled: dict[int, WorkerHandle] = {}  # by id(), holding the handles (no id reuse)
+
+    def start(group: list[tuple[WorkerHandle, Stuck]], gap: float | None) -> None:
+        t0 = time.monotonic()
+        for h, _ in group:
+            handled[id(h)] = h
+            s.drain(h)  # jobs that finished while it hung keep their results
+        fut = pool.submit(evidence.collect_many, [h.pid for h, _ in group],
+                          # SIGUSR1 (the faulthandler fallback) only where a handler is
+                          # installed: our workers once they said hello
+                          stderr_paths={h.pid: h.stderr_path for h, _ in group
+                                        if h.hello_at is not None and h.watch is None},
+                          backend=backend, since_wall=min(h.started_wall for h, _ in group))
+        batches[fut] = (group, t0, gap)
+
+    try:
+        start(stuck, scan_gap_s)
+        while batches:
+            done, _ = wait(list(batches), timeout=_RESCAN_S, return_when=FIRST_COMPLETED)
+            for fut in done:
+                group, t0, gap = batches.pop(fut)
+                _finish_stuck(s, group, fut.result(), t0, gap, backend)
+            if batches and len(batches) < _EVIDENCE_BATCHES:
+                gap = s.scan_gap()
+                more = [(h, st) for h, st in s.find_stuck() if id(h) not in handled]
+                if more:
+                    start(more, gap)
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
+                  hang: evidence.HangEvidence, t0: float, scan_gap_s: float | None,
+                  backend: str) -> None:
+    """One batch of stuck workers whose evidence is in: kill them, record one failure each."""
     t_stacks = time.monotonic()
     died = [(h, st) for h, st in stuck if h.proc.poll() is not None]
     for h, _ in died:  # it ended by itself while we looked: its exit status is the truth

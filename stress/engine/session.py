@@ -572,12 +572,16 @@ class Session:
         return watchdog.Limits(self.cfg.timeout_s, self.cfg.teardown_timeout_s,
                                _STARTUP_TIMEOUT_S, _STOP_GRACE_S)
 
-    def scan(self) -> None:
-        """Every worker past a deadline: evidence of all of them first (a GPU-wide stall hangs
-        several at once), then the kills."""
+    def scan_gap(self) -> float | None:
+        """Seconds since the previous deadline scan (None before the first); marks this one."""
         now_ns = time.monotonic_ns()
         gap_s = None if self.last_scan_ns is None else (now_ns - self.last_scan_ns) / 1e9
         self.last_scan_ns = now_ns
+        return gap_s
+
+    def find_stuck(self) -> list[tuple[WorkerHandle, watchdog.Stuck]]:
+        """Every live worker past a deadline, with the step to blame."""
+        now_ns = time.monotonic_ns()
         limits = self.limits()
         stuck = []
         for h in list(self.workers.values()):
@@ -592,6 +596,14 @@ class Session:
                     stop_ns=int(h.stop_sent_at * 1e9) if h.stop_sent_at is not None else None)
             if found is not None:
                 stuck.append((h, found))
+        return stuck
+
+    def scan(self) -> None:
+        """Every worker past a deadline: evidence of all of them first (a GPU-wide stall hangs
+        several at once), then the kills (`capture.on_stuck`, which goes on scanning while it
+        takes evidence)."""
+        gap_s = self.scan_gap()
+        stuck = self.find_stuck()
         if stuck:
             capture.on_stuck(self, stuck, scan_gap_s=gap_s)
 
