@@ -470,6 +470,7 @@ class NativeRunner:
     def close(self) -> None:
         if self.core_limit is not None:
             self.core_limit.close()
+            self.core_limit = None  # a later launch raises it again
         for _, fd in self.spare:
             os.close(fd)
         self.spare.clear()

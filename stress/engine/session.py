@@ -625,7 +625,11 @@ class Session:
             ready = []
             time.sleep(_TICK_S)
         for fd in ready:
-            fds[fd].pump()
+            if fds[fd].messages:
+                fds[fd].pump()
+            else:  # an exit fd (pidfd), readable once its process ended: not read, and not
+                fds[fd].eof = True  # selected again (a poll that cannot reap it would
+                #   otherwise wake every tick until the deadline)
         now = time.monotonic()
         exited = []
         for h in list(self.workers.values()):

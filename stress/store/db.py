@@ -241,14 +241,14 @@ def integrity_ok(path: Path) -> bool:
         db.close()
 
 
-_FACTS_JSON: dict[tuple[tuple[str, Any], ...], str] = {}  # a worker's facts as stored
+_FACTS_JSON: dict[tuple[tuple[str, type, Any], ...], str] = {}  # a worker's facts as stored
 
 
 def _facts_json(facts: dict[str, Any]) -> str:
     """json.dumps of a worker's facts, memoized when they are flat (a native job's are one of
     a few: its tool, whether it wrote its output)."""
     try:
-        key = tuple(facts.items())
+        key = tuple((k, type(v), v) for k, v in facts.items())  # True == 1, but not as JSON
         text = _FACTS_JSON.get(key)
     except TypeError:  # a nested value: not memoized
         return json.dumps(facts)
@@ -438,19 +438,39 @@ class RunStore:
             self.flush()
 
     def _write_pending(self) -> None:
-        """The batched job and worker rows, in one statement per shape."""
+        """The batched job and worker rows, in one statement per shape. The lists are taken
+        first, so a failed write is never retried: a row that cannot be stored (a value
+        sqlite cannot bind, a full disk) raises as it did when each row had its own INSERT,
+        and the other rows of its batch are still stored, one by one."""
+        statements: list[tuple[str, list[tuple[Any, ...]]]] = []
         if self._jobs:
-            self.db.executemany(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES "
-                                f"({', '.join('?' * 23)})", self._jobs)
-            self._jobs.clear()
+            jobs, self._jobs = self._jobs, []
+            statements.append((f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES "
+                               f"({', '.join('?' * 23)})", jobs))
         if self._new_workers:
+            workers, self._new_workers = self._new_workers, {}
             shapes: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
-            for cols in self._new_workers.values():
+            for cols in workers.values():
                 shapes.setdefault(tuple(cols), []).append(tuple(cols.values()))
             for names, rows in shapes.items():  # names: literals of this module
-                self.db.executemany(f"INSERT INTO workers ({', '.join(names)}) VALUES "
-                                    f"({', '.join('?' * len(names))})", rows)
-            self._new_workers.clear()
+                statements.append((f"INSERT INTO workers ({', '.join(names)}) VALUES "
+                                   f"({', '.join('?' * len(names))})", rows))
+        first: Exception | None = None
+        for sql, rows in statements:
+            self.db.execute("SAVEPOINT pending_rows")
+            try:
+                self.db.executemany(sql, rows)
+            except (sqlite3.Error, ValueError, TypeError, OverflowError):
+                self.db.execute("ROLLBACK TO pending_rows")
+                for row in rows:  # the batch again, row by row: only the bad rows are lost
+                    try:
+                        self.db.execute(sql, row)
+                    except (sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
+                        first = first or exc
+            finally:
+                self.db.execute("RELEASE pending_rows")
+        if first is not None:
+            raise first
 
     def flush(self) -> None:
         self._write_pending()

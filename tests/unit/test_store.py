@@ -3,6 +3,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from stress.store import db, summary
 
 _PAYLOAD = {"job": {"index": 0, "program": "p", "pattern": "shared", "seed": 1, "invocations": 10},
@@ -182,3 +184,34 @@ def test_a_reopened_store_numbers_new_workers_after_the_old_ones(tmp_path: Path)
     assert again.add_worker("r", 1, 0, 2) == first + 1
     again.close()
     assert [w["pid"] for w in _workers(tmp_path)] == [1, 2]
+
+
+def test_a_row_that_cannot_be_stored_raises_once_and_the_rest_of_its_batch_is_kept(
+        tmp_path: Path) -> None:
+    """A job row sqlite cannot bind fails its flush, as its own INSERT failed before rows were
+    batched; the other rows of the batch are stored once, and later flushes and the run's end
+    work (the bad row is not retried)."""
+    store = db.RunStore(tmp_path, clock=_Clock())
+    store.start_run("r", 1, "cmd", {}, {})
+    bad = {**_PAYLOAD, "job": {**_PAYLOAD["job"], "index": 1, "seed": 2**64}}  # > INT64
+    for payload in (_PAYLOAD, bad, {**_PAYLOAD, "job": {**_PAYLOAD["job"], "index": 2}}):
+        store.add_job("r", 0, payload, "ok")
+    store.add_worker("r", 0, 0, 7)
+    with pytest.raises(OverflowError):
+        store.flush()
+    store.add_job("r", 0, {**_PAYLOAD, "job": {**_PAYLOAD["job"], "index": 3}}, "ok")
+    store.end_run("r", "completed")
+    store.close()
+    conn = db.connect(tmp_path / db.DB_NAME, readonly=True)
+    try:
+        indexes = [r[0] for r in conn.execute("SELECT job_index FROM jobs ORDER BY job_index")]
+        status = conn.execute("SELECT status FROM runs").fetchone()[0]
+    finally:
+        conn.close()
+    assert indexes == [0, 2, 3] and status == "completed"
+    assert [w["pid"] for w in _workers(tmp_path)] == [7]
+
+
+def test_stored_facts_keep_their_json_type() -> None:
+    assert db._facts_json({"x": True}) == '{"x": true}'
+    assert db._facts_json({"x": 1}) == '{"x": 1}'  # equal to True as a key, not as JSON
