@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from stress.engine.session import Session
 
 _RESCAN_S: float = 0.1  # deadline scans while hang evidence is taken (the watchdog period)
+_RESCAN_FOR_S: float = 10.0  # after this, on_stuck finishes its batches and lets tick run
 _MAX_FAILURE_FOLDERS: int = 200  # crash/hang folders per run; errors and miscompares take none
 EXIT_HARNESS: int = 70  # worker.EXIT_HARNESS: iree-stress's own code failed in the worker
 
@@ -286,15 +287,19 @@ _EVIDENCE_BATCHES: int = 4  # hang batches whose evidence is taken at once (8 st
 
 def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
              scan_gap_s: float | None = None) -> None:
-    """Workers past a deadline: drain their results, take every one's evidence (telemetry,
-    stacks) while all are still alive, then kill them all, then record one failure each.
+    """Workers past a deadline: drain their results, take the evidence (telemetry, stacks) of
+    each batch while all its workers are alive, then kill them, then record one failure each.
 
     The evidence is taken in a background thread while this loop goes on scanning (every
     watchdog period): a worker that passes its deadline meanwhile is declared then, and its
     evidence taken at once in a batch of its own, instead of after this batch is done (hangs
     in a burst were declared up to an evidence time late). Each batch is killed and recorded
-    as soon as its evidence is in. scan_gap_s: the time since the previous deadline scan; far
-    above the scan period, the parent was busy (a crash's evidence, a slow tick)."""
+    as soon as its evidence is in (no scan while that runs). New batches start only for
+    _RESCAN_FOR_S, and not once the session is stopping, interrupted or at --max-failures:
+    the session's own tick (exits, interrupts, the stop conditions) waits while this loops.
+    `workers_stuck` in a failure's timing counts its batch. scan_gap_s: the time since the
+    previous deadline scan; far above the scan period, the parent was busy (a crash's
+    evidence, a slow tick)."""
     backend = s.cfg.target.backend.value
     pool = ThreadPoolExecutor(_EVIDENCE_BATCHES, thread_name_prefix="hang-evidence")
     batches: dict[Future[evidence.HangEvidence],
@@ -314,6 +319,7 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
                           backend=backend, since_wall=min(h.started_wall for h, _ in group))
         batches[fut] = (group, t0, gap)
 
+    rescan_until = time.monotonic() + _RESCAN_FOR_S
     try:
         start(stuck, scan_gap_s)
         while batches:
@@ -321,13 +327,20 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
             for fut in done:
                 group, t0, gap = batches.pop(fut)
                 _finish_stuck(s, group, fut.result(), t0, gap, backend)
-            if batches and len(batches) < _EVIDENCE_BATCHES:
+            capped = s.cfg.max_failures is not None and \
+                s.failure_count >= s.cfg.max_failures
+            if batches and len(batches) < _EVIDENCE_BATCHES and not s.stopping and not capped \
+                    and s.interrupt is None and time.monotonic() < rescan_until:
                 gap = s.scan_gap()
                 more = [(h, st) for h, st in s.find_stuck() if id(h) not in handled]
                 if more:
                     start(more, gap)
-    finally:
-        pool.shutdown(wait=True)
+    except BaseException:
+        # the session kills every worker next: evidence still being taken is not waited for
+        # (collect_many is bounded and signals nothing but SIGUSR1)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)  # nothing is left in flight here
 
 
 def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
@@ -360,7 +373,8 @@ def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
                    f"{_job_text(job)}")
         if len(stuck) > 1:
             message += f" ({len(stuck)} workers stuck at once)"
-        timing = {"stacks_s": t_stacks - t0, "kill_s": t_killed - t_stacks,
+        timing = {"stacks_s": hang.seconds, "waited_s": max(0.0, t_stacks - t0 - hang.seconds),
+                  "kill_s": t_killed - t_stacks,
                   "evidence_and_kill_s": t_killed - t0, "deadline_s": deadline,
                   "declared_after_step_begin_s": st.age_s, "workers_stuck": len(stuck),
                   "scan_gap_s": scan_gap_s}
