@@ -106,8 +106,8 @@ latency)
   nvidia-smi -L
   timeout "${LATENCY_TIMEOUT_S:-500}" python3 bench/failure_latency.py --target cuda \
     --artifacts "$ART" --workers 8 --patterns "${LATENCY_PATTERNS:-shared,per-thread,per-call}" \
-    > "$OUT/failure_latency-cuda-h200-7.txt" 2>&1
-  echo "failure_latency exit $?"; cat "$OUT/failure_latency-cuda-h200-7.txt"; df -h /tmp | tail -1
+    > "$OUT/failure_latency-cuda-h200-8.txt" 2>&1
+  echo "failure_latency exit $?"; cat "$OUT/failure_latency-cuda-h200-8.txt"; df -h /tmp | tail -1
   ;;
 *)
   echo "usage: $0 start|finish|more|ratios|overhead|latency" >&2

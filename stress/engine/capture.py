@@ -294,7 +294,7 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
     watchdog period): a worker that passes its deadline meanwhile is declared then, and its
     evidence taken at once in a batch of its own, instead of after this batch is done (hangs
     in a burst were declared up to an evidence time late). Each batch is killed and recorded
-    as soon as its evidence is in (no scan while that runs). New batches start only for
+    as soon as its evidence is in, the kill in the background too. New batches start only for
     _RESCAN_FOR_S, and not once the session is stopping, interrupted or at --max-failures:
     the session's own tick (exits, interrupts, the stop conditions) waits while this loops.
     `workers_stuck` in a failure's timing counts its batch. scan_gap_s: the time since the
@@ -302,7 +302,7 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
     evidence, a slow tick)."""
     backend = s.cfg.target.backend.value
     pool = ThreadPoolExecutor(_EVIDENCE_BATCHES, thread_name_prefix="hang-evidence")
-    batches: dict[Future[evidence.HangEvidence],
+    batches: dict[Future[_Taken],
                   tuple[list[tuple[WorkerHandle, Stuck]], float, float | None]] = {}
     handled: dict[int, WorkerHandle] = {}  # by id(), holding the handles (no id reuse)
 
@@ -311,12 +311,12 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
         for h, _ in group:
             handled[id(h)] = h
             s.drain(h)  # jobs that finished while it hung keep their results
-        fut = pool.submit(evidence.collect_many, [h.pid for h, _ in group],
+        fut = pool.submit(_take_and_kill, [h for h, _ in group], backend,
                           # SIGUSR1 (the faulthandler fallback) only where a handler is
                           # installed: our workers once they said hello
-                          stderr_paths={h.pid: h.stderr_path for h, _ in group
-                                        if h.hello_at is not None and h.watch is None},
-                          backend=backend, since_wall=min(h.started_wall for h, _ in group))
+                          {h.pid: h.stderr_path for h, _ in group
+                           if h.hello_at is not None and h.watch is None},
+                          min(h.started_wall for h, _ in group))
         batches[fut] = (group, t0, gap)
 
     rescan_until = time.monotonic() + _RESCAN_FOR_S
@@ -332,29 +332,51 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
             if batches and len(batches) < _EVIDENCE_BATCHES and not s.stopping and not capped \
                     and s.interrupt is None and time.monotonic() < rescan_until:
                 gap = s.scan_gap()
-                more = [(h, st) for h, st in s.find_stuck() if id(h) not in handled]
+                more = s.find_stuck(skip=handled)
                 if more:
                     start(more, gap)
     except BaseException:
-        # the session kills every worker next: evidence still being taken is not waited for
-        # (collect_many is bounded and signals nothing but SIGUSR1)
+        # the session kills every worker next: batches still in flight are not waited for
+        # (their evidence is bounded; their kill only repeats what the session does)
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)  # nothing is left in flight here
 
 
-def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
-                  hang: evidence.HangEvidence, t0: float, scan_gap_s: float | None,
-                  backend: str) -> None:
-    """One batch of stuck workers whose evidence is in: kill them, record one failure each."""
+@dataclass
+class _Taken:
+    """What a background batch did: its evidence, then its kill, then telemetry."""
+
+    hang: evidence.HangEvidence
+    t_stacks: float
+    codes: dict[int, int | None]  # pid -> exit code of the workers it killed (None: unkillable)
+    t_killed: float
+    after: dict[str, Any]
+
+
+def _take_and_kill(handles: list[WorkerHandle], backend: str, stderr_paths: dict[int, Path],
+                   since_wall: float) -> _Taken:
+    """A batch's evidence, then the kill of those still alive, then telemetry: off the main
+    thread, which only scans meanwhile and never polls these handles."""
+    hang = evidence.collect_many([h.pid for h in handles], stderr_paths=stderr_paths,
+                                 backend=backend, since_wall=since_wall)
     t_stacks = time.monotonic()
-    died = [(h, st) for h, st in stuck if h.proc.poll() is not None]
-    for h, _ in died:  # it ended by itself while we looked: its exit status is the truth
-        on_exit(s, h, int(h.proc.returncode or 0))
-    stuck = [(h, st) for h, st in stuck if (h, st) not in died]
-    codes = kill_groups([h for h, _ in stuck])
+    alive = [h for h in handles if h.proc.poll() is None]  # the others ended by themselves
+    codes = kill_groups(alive)
     t_killed = time.monotonic()
-    after = telemetry.snapshot(backend)
+    return _Taken(hang, t_stacks, codes, t_killed, telemetry.snapshot(backend))
+
+
+def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]], taken: _Taken,
+                  t0: float, scan_gap_s: float | None, backend: str) -> None:
+    """One batch of stuck workers, evidence taken and killed: one failure each (a worker that
+    ended by itself while its evidence was taken: its exit status is the truth)."""
+    hang, t_stacks, codes, t_killed, after = (taken.hang, taken.t_stacks, taken.codes,
+                                              taken.t_killed, taken.after)
+    died = [(h, st) for h, st in stuck if h.pid not in codes]
+    for h, _ in died:
+        on_exit(s, h, int(h.proc.returncode or 0))
+    stuck = [(h, st) for h, st in stuck if h.pid in codes]
     for h, st in stuck:
         s.drain(h)
         rc = codes[h.pid]
@@ -373,8 +395,7 @@ def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
                    f"{_job_text(job)}")
         if len(stuck) > 1:
             message += f" ({len(stuck)} workers stuck at once)"
-        timing = {"stacks_s": hang.seconds, "waited_s": max(0.0, t_stacks - t0 - hang.seconds),
-                  "kill_s": t_killed - t_stacks,
+        timing = {"stacks_s": hang.seconds, "kill_s": t_killed - t_stacks,
                   "evidence_and_kill_s": t_killed - t0, "deadline_s": deadline,
                   "declared_after_step_begin_s": st.age_s, "workers_stuck": len(stuck),
                   "scan_gap_s": scan_gap_s}

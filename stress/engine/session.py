@@ -17,7 +17,7 @@ import sqlite3
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -579,13 +579,14 @@ class Session:
         self.last_scan_ns = now_ns
         return gap_s
 
-    def find_stuck(self) -> list[tuple[WorkerHandle, watchdog.Stuck]]:
-        """Every live worker past a deadline, with the step to blame."""
+    def find_stuck(self, skip: Container[int] = ()) -> list[tuple[WorkerHandle, watchdog.Stuck]]:
+        """Every live worker past a deadline, with the step to blame; `skip`: id()s of
+        handles already being handled (not looked at: their evidence is being taken)."""
         now_ns = time.monotonic_ns()
         limits = self.limits()
         stuck = []
         for h in list(self.workers.values()):
-            if h.state is State.EXITED:
+            if h.state is State.EXITED or id(h) in skip:
                 continue
             if h.watch is not None:  # a process without our journal: its runner's deadlines
                 found = h.watch(now_ns)
