@@ -326,7 +326,7 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
             done, _ = wait(list(batches), timeout=_RESCAN_S, return_when=FIRST_COMPLETED)
             for fut in done:
                 group, t0, gap = batches.pop(fut)
-                _finish_stuck(s, group, fut.result(), t0, gap, backend)
+                _finish_stuck(s, group, fut.result(), t0, gap)
             capped = s.cfg.max_failures is not None and \
                 s.failure_count >= s.cfg.max_failures
             if batches and len(batches) < _EVIDENCE_BATCHES and not s.stopping and not capped \
@@ -368,11 +368,11 @@ def _take_and_kill(handles: list[WorkerHandle], backend: str, stderr_paths: dict
 
 
 def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]], taken: _Taken,
-                  t0: float, scan_gap_s: float | None, backend: str) -> None:
+                  t0: float, scan_gap_s: float | None) -> None:
     """One batch of stuck workers, evidence taken and killed: one failure each (a worker that
     ended by itself while its evidence was taken: its exit status is the truth)."""
-    hang, t_stacks, codes, t_killed, after = (taken.hang, taken.t_stacks, taken.codes,
-                                              taken.t_killed, taken.after)
+    hang, codes, after = taken.hang, taken.codes, taken.after
+    t_stacks, t_killed = taken.t_stacks, taken.t_killed
     died = [(h, st) for h, st in stuck if h.pid not in codes]
     for h, _ in died:
         on_exit(s, h, int(h.proc.returncode or 0))
