@@ -5,6 +5,7 @@ post-mortem ones (`postmortem.native_stacks`)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -79,6 +80,9 @@ class Stacks:
     threads: list[ThreadStack] = field(default_factory=list)
     signal: int | None = None
     note: str = ""
+    tried: list[str] = field(default_factory=list)  # every tool tried, what it gave or why
+    #   it was skipped (stacks.txt says them all)
+    died: str | None = None  # the evidence step during which the process died
 
     def thread(self, tid: int | None) -> ThreadStack | None:
         for t in self.threads:
@@ -119,6 +123,9 @@ class Stacks:
                         + " < ".join(self.crash_frames()[:6]))
         if self.note:
             head.append(f"# note: {self.note}")
+        head += [f"# tried: {t}" for t in self.tried]
+        if self.died:
+            head.append(f"# the process died during {self.died}")
         return "\n".join(head) + "\n" + self.text + ("" if self.text.endswith("\n") else "\n")
 
 
@@ -209,13 +216,74 @@ def faulthandler_text(stderr_text: str) -> str | None:
 
 
 # ---- tools ------------------------------------------------------------------------------
+PYSPY_ENV: str = "IREE_STRESS_PYSPY"  # a py-spy to use instead of the one found, or "none"
+
+
 def find_gdb() -> str | None:
     """gdb, else cuda-gdb (a full gdb for host code too: the only one on the CUDA image of
-    the H200 machines), on PATH."""
-    return shutil.which("gdb") or shutil.which("cuda-gdb")
+    the H200 machines), else rocgdb, on PATH."""
+    return shutil.which("gdb") or shutil.which("cuda-gdb") or shutil.which("rocgdb")
 
 
 def find_pyspy() -> str | None:
-    """py-spy beside this interpreter (a venv's bin), else on PATH."""
+    """$IREE_STRESS_PYSPY when set ("none" or empty: no py-spy), else py-spy beside this
+    interpreter (a venv's bin), else on PATH."""
+    chosen = os.environ.get(PYSPY_ENV)
+    if chosen is not None:
+        return None if chosen.strip().lower() in ("", "none") else chosen
     beside = Path(sys.executable).parent / "py-spy"
     return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+class Debugger(str, Enum):
+    """What a gdb found on PATH is, for live attaching: plain gdb reads a process through
+    ptrace and nothing else; cuda-gdb attached to a process with the CUDA driver loaded injects
+    its debugger library into it (seen on the H200: SIGSEGV in libcudadebugger.so
+    `InitializeInjection`, killing the process); rocgdb takes AMD GPU debug control of a
+    process with the ROCm runtime loaded (ROCdbgapi's process attach: the KFD debug trap, wave
+    control), which changes the process under study. Both read core files safely."""
+
+    GDB = "gdb"
+    CUDA_GDB = "cuda-gdb"
+    ROCGDB = "rocgdb"
+
+    @property
+    def gpu_libraries(self) -> tuple[str, ...]:
+        """Mapped libraries that make a live attach by this debugger unsafe."""
+        return {Debugger.GDB: (), Debugger.CUDA_GDB: ("libcuda.so",),
+                Debugger.ROCGDB: ("libamdhip64.so", "libhsa-runtime64.so")}[self]
+
+
+_KINDS: dict[str, Debugger] = {}
+
+
+def debugger_kind(path: str) -> Debugger:
+    """Which debugger `path` is: by its name, else by the first line of its `--version`
+    (a `gdb` that is really cuda-gdb says "NVIDIA (R) CUDA Debugger"; rocgdb names ROCm).
+    Memoised per path."""
+    if path in _KINDS:
+        return _KINDS[path]
+    name = os.path.basename(path).lower()
+    kind = Debugger.CUDA_GDB if "cuda" in name else Debugger.ROCGDB if "roc" in name else None
+    if kind is None:
+        run = procstate.run_bounded([path, "--version"], _VERSION_TIMEOUT_S)
+        banner = (run.stdout.splitlines() or [""])[0].lower()
+        kind = Debugger.CUDA_GDB if "cuda" in banner or "nvidia" in banner else \
+            Debugger.ROCGDB if "rocm" in banner or "rocgdb" in banner else Debugger.GDB
+    _KINDS[path] = kind
+    return kind
+
+
+_VERSION_TIMEOUT_S: float = 10.0  # `gdb --version` prints at once; a wrapper may be slower
+
+
+def live_attach_hazard(gdb: str, pid: int) -> str | None:
+    """Why attaching `gdb` to live process `pid` could change or kill it (None: safe): a GPU
+    debugger on a process that has its GPU runtime mapped."""
+    kind = debugger_kind(gdb)
+    lib = procstate.maps_library(pid, kind.gpu_libraries) if kind.gpu_libraries else None
+    if lib is None:
+        return None
+    verb = "injects its debugger into" if kind is Debugger.CUDA_GDB else \
+        "takes GPU debug control of"
+    return f"{kind.value} {verb} a process with {os.path.basename(lib)} loaded"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stress.engine import evidence, postmortem, telemetry
+from stress.engine import corekill, evidence, postmortem, telemetry
 from stress.engine.attribution import Attribution, attribute
 from stress.engine.forkclient import RETURNCODE_LOST
 from stress.engine.forkserver import EXIT_CHILD_SETUP
@@ -313,10 +313,11 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
             s.drain(h)  # jobs that finished while it hung keep their results
         fut = pool.submit(_take_and_kill, [h for h, _ in group], backend,
                           # SIGUSR1 (the faulthandler fallback) only where a handler is
-                          # installed: our workers once they said hello
+                          # installed: our workers once they said hello (and dump_stacks
+                          # checks that it still is)
                           {h.pid: h.stderr_path for h, _ in group
                            if h.hello_at is not None and h.watch is None},
-                          min(h.started_wall for h, _ in group))
+                          min(h.started_wall for h, _ in group), s.run_dir, s.python)
         batches[fut] = (group, t0, gap)
 
     rescan_until = time.monotonic() + _RESCAN_FOR_S
@@ -345,43 +346,86 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
 
 @dataclass
 class _Taken:
-    """What a background batch did: its evidence, then its kill, then telemetry."""
+    """What a background batch did: its evidence, then its kill, then telemetry. A process's
+    stacks may have come from its core, dumped by the kill (`corekill`) or by a death during
+    the evidence, after the verdict."""
 
     hang: evidence.HangEvidence
     t_stacks: float
     codes: dict[int, int | None]  # pid -> exit code of the workers it killed (None: unkillable)
     t_killed: float
     after: dict[str, Any]
+    ended: dict[int, int] = field(default_factory=dict)  # pid -> exit code of those that ended
+    #   by themselves while their evidence was taken (their hang stands)
+    cored: dict[int, corekill.CoreKill] = field(default_factory=dict)  # killed to dump a core
+    core_s: float = 0.0  # reading those cores
 
 
 def _take_and_kill(handles: list[WorkerHandle], backend: str, stderr_paths: dict[int, Path],
-                   since_wall: float) -> _Taken:
-    """A batch's evidence, then the kill of those still alive, then telemetry: off the main
-    thread, which only scans meanwhile and never polls these handles."""
+                   since_wall: float, run_dir: Path, python: str) -> _Taken:
+    """A batch's evidence, then the kill of those still alive (a core-dumping signal first for
+    up to corekill.CORES_PER_BATCH whose live stacks have no native frames), then the cores
+    read, then telemetry: off the main thread, which only scans meanwhile and never polls
+    these handles."""
     hang = evidence.collect_many([h.pid for h in handles], stderr_paths=stderr_paths,
                                  backend=backend, since_wall=since_wall)
     t_stacks = time.monotonic()
-    alive = [h for h in handles if h.proc.poll() is None]  # the others ended by themselves
-    codes = kill_groups(alive)
+    ended = {h.pid: rc for h in handles
+             for rc in [corekill.settle(h.proc.poll) if hang.processes[h.pid].stacks.died
+                        else h.proc.poll()] if rc is not None}
+    cored: dict[int, corekill.CoreKill] = {}
+    for h in handles:
+        if len(cored) >= corekill.CORES_PER_BATCH or h.pid in ended:
+            continue
+        own = h.cwd is not None and corekill.ours(h.cwd, run_dir)
+        if corekill.wanted(hang.processes[h.pid].stacks, own):
+            h.killed_by_us = True
+            k = corekill.dump(h.pid, h.proc.poll)
+            if k.other is not None:  # an evidence tool's signal got there first
+                ended[h.pid] = k.other
+            cored[h.pid] = k
+    for pid in ended:
+        signal_group(pid, signal.SIGKILL)  # whatever a worker that died left in its group
+    alive = [h for h in handles if h.pid not in ended]
+    codes = kill_groups(alive)  # the rest, and what the cored ones left in their groups
     t_killed = time.monotonic()
-    return _Taken(hang, t_stacks, codes, t_killed, telemetry.snapshot(backend))
+    for h in handles:
+        rc = ended.get(h.pid, codes.get(h.pid))
+        by_core = h.pid in cored and cored[h.pid].signal is not None
+        died_by_signal = h.pid in ended and rc is not None and rc < 0
+        if h.cwd is None or not (by_core or died_by_signal):
+            continue
+        if not corekill.ours(h.cwd, run_dir):
+            postmortem.discard_core(h.pid, h.cwd)  # never left in a user's folder
+            continue
+        reader = h.journal()
+        tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
+        post = corekill.read(h.pid, h.exe or python, h.cwd, tids=tids, since_wall=since_wall)
+        how = f"core dumped by our {cored[h.pid].signal} after the verdict" if by_core else \
+            f"core of its death by {signal_name(rc)} during the evidence"
+        live = hang.processes[h.pid].stacks
+        hang.processes[h.pid].stacks = corekill.merge(live, post, how)
+    for pid, kill in cored.items():
+        if kill.signal is None:
+            hang.processes[pid].stacks.tried.append(f"core after the verdict: {kill.note}")
+    return _Taken(hang, t_stacks, codes, t_killed, telemetry.snapshot(backend), ended, cored,
+                  time.monotonic() - t_killed)
 
 
 def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]], taken: _Taken,
                   t0: float, scan_gap_s: float | None) -> None:
-    """One batch of stuck workers, evidence taken and killed: one failure each (a worker that
-    ended by itself while its evidence was taken: its exit status is the truth)."""
+    """One batch of stuck workers, evidence taken and killed: one failure each. The verdict
+    was fixed when the deadline passed: a worker that died while its evidence was taken (a
+    debugger that killed it, a stall that ended by itself) is still the hang it was, and that
+    death is said inside its record."""
     hang, codes, after = taken.hang, taken.codes, taken.after
     t_stacks, t_killed = taken.t_stacks, taken.t_killed
-    died = [(h, st) for h, st in stuck if h.pid not in codes]
-    for h, _ in died:
-        on_exit(s, h, int(h.proc.returncode or 0))
-    stuck = [(h, st) for h, st in stuck if h.pid in codes]
     for h, st in stuck:
         s.drain(h)
-        rc = codes[h.pid]
+        rc = taken.ended[h.pid] if h.pid in taken.ended else codes.get(h.pid)
         cls = FailureClass.TEARDOWN_HANG if st.teardown else FailureClass.HANG
-        slot = _culprit_slot(h, st.slot, hang.processes[h.pid].stacks)
+        stacks = hang.processes[h.pid].stacks
+        slot = _culprit_slot(h, st.slot, stacks)
         attr = attribute(h.journal(), "", slot_hint=slot)
         if st.slot is None or attr.last_step is None:
             attr.last_step = st.label
@@ -398,8 +442,15 @@ def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]], taken: _T
         timing = {"stacks_s": hang.seconds, "kill_s": t_killed - t_stacks,
                   "evidence_and_kill_s": t_killed - t0, "deadline_s": deadline,
                   "declared_after_step_begin_s": st.age_s, "workers_stuck": len(stuck),
-                  "scan_gap_s": scan_gap_s}
+                  "scan_gap_s": scan_gap_s, "core_s": taken.core_s if taken.cored else None}
         facts: dict[str, Any] = hang.processes[h.pid].summary(attr.native_tid or _main_tid(h))
+        if h.pid in taken.ended:
+            facts["after_verdict"] = corekill.after_verdict(rc, stacks)
+            message += f"; it {facts['after_verdict']}"
+        if h.pid in taken.cored:
+            k = taken.cored[h.pid]
+            facts["core_after_verdict"] = {"signal": k.signal, "ended": k.ended,
+                                           "note": k.note or None}
         if h.describe is not None:
             facts.update(h.describe())
         exposure = "process_exit" if st.step is Step.WORKER_EXIT else None
@@ -410,10 +461,11 @@ def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]], taken: _T
                                         "in_flight": attr.in_flight, "timing": timing,
                                         "native_tid": attr.native_tid,
                                         "attribution": attr.method, "unkillable": h.unkillable,
-                                        **facts}, indent=1)})
+                                        "exit_code": rc, **facts}, indent=1)})
         record(s, cls, h, job, None, attr, message, folder, evidence_facts=facts,
                exposure=exposure)
-        end_worker(s, h, rc, "unkillable (D state)" if h.unkillable else cls.value, "hang")
+        reason = "unkillable (D state)" if h.unkillable else cls.value
+        end_worker(s, h, rc, reason, "hang")
         s.requeue(h, job)
         s.restart(h)
         s.retire(h)

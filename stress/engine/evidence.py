@@ -49,67 +49,114 @@ _D_STATE_RECHECK_S: float = 0.1  # a D state seen twice this far apart is a stuc
 def dump_stacks(pid: int, stderr_path: Path | None = None,
                 timeout_s: float = STACKS_TIMEOUT_S, *,
                 nonblocking: bool | None = None) -> Stacks:
-    """Every thread's stack of *live* process `pid`: `py-spy dump --native` (native and
-    Python frames), else `gdb -p` (or cuda-gdb) with `thread apply all bt` (native frames),
-    else SIGUSR1 to the worker's faulthandler, whose Python frames are read from the new end
-    of `stderr_path`. `Stacks.tool` says which; `Stacks.threads` holds each thread's native
-    id (py-spy's `Thread 1234`, gdb's `LWP 1234`) and frames.
+    """Every thread's stack of *live* process `pid`, by tools that read it without changing
+    it, first that works: `py-spy dump --native` (native and Python frames), else `gdb -p`
+    with `thread apply all bt` (native frames) when that gdb is plain gdb or the process has
+    no GPU runtime mapped (`callstacks.live_attach_hazard`: cuda-gdb injects into a CUDA
+    process and killed it on the H200; rocgdb takes GPU debug control of a HIP one), else
+    SIGUSR1 to the worker's faulthandler, whose Python frames are read from the new end of
+    `stderr_path` (None: not our worker, never signalled), and only while the process has a
+    SIGUSR1 handler (past interpreter finalization it has none, and SIGUSR1 would kill it).
+    `Stacks.tool` says which gave the stacks, `Stacks.tried` what every tool gave or why it
+    was skipped, `Stacks.died` the tool during which the process died, if it did (a hang's
+    verdict stands: the caller records that death inside the hang). Where no live reader
+    gave native frames, the caller reads a core taken after the verdict
+    (`capture`: the kill itself dumps it).
 
     A thread in uninterruptible wait (D: a driver ioctl that never returns) cannot be
     stopped, so every native unwinder would block until its bound: then only
     `py-spy dump --nonblocking` (Python frames, the process not paused) and faulthandler are
-    tried, and the note says why; the D thread's kernel stack is in `procstate`'s samples.
-    `nonblocking=None` decides that from two reads of the thread states 0.1 s apart;
-    `collect_many` passes what its sampling window saw.
+    tried; the D thread's kernel stack is in `procstate`'s samples. `nonblocking=None`
+    decides that from two reads of the thread states 0.1 s apart; `collect_many` passes what
+    its sampling window saw.
 
     Each tool is killed at its own bound and the whole call at about `timeout_s`; never
     raises. The process is paused while a native tool reads it: sample busy/blocked
     (procstate.sample) first."""
     t_end = time.monotonic() + timeout_s
-    notes: list[str] = []
+    tried: list[str] = []
 
     def left(cap: float) -> float:
         return max(0.5, min(cap, t_end - time.monotonic()))
+
+    def died(tool: str) -> Stacks | None:
+        if not procstate.is_dead(pid):
+            return None
+        tried.append(f"stopped: the process died during {tool}")
+        return Stacks(StackSource.NONE, "", tried=tried, died=tool)
 
     if nonblocking is None:
         nonblocking = bool(_stuck_in_d(pid))
     pyspy = find_pyspy()
     if nonblocking:
-        notes.append("a thread is in uninterruptible wait (D): native stacks would block, "
-                     "Python frames only; see threads.json for kernel stacks")
+        note = ("a thread is in uninterruptible wait (D): native stacks would block, "
+                "Python frames only; see threads.json for kernel stacks")
+        tried.append("py-spy dump --native, gdb attach: skipped: a thread is in D state")
         if pyspy:
             run = procstate.run_bounded([pyspy, "dump", "--nonblocking", "--pid", str(pid)],
                                         left(_PYSPY_TIMEOUT_S))
             threads = callstacks.parse_pyspy(run.stdout)
             if run.rc == 0 and threads:
+                tried.append(f"py-spy dump --nonblocking: {len(threads)} threads")
                 return Stacks(StackSource.PYSPY_NONBLOCKING, run.stdout, threads=threads,
-                              note="; ".join(notes))
-            notes.append(f"py-spy: {run.error or run.stderr.strip()[:200] or run.describe()}")
-        return _faulthandler(pid, stderr_path, notes)
+                              note=note, tried=tried)
+            tried.append(f"py-spy dump --nonblocking: {_why(run)}")
+            gone = died("py-spy dump --nonblocking")
+            if gone:
+                return gone
+        else:
+            tried.append("py-spy: not found")
+        return _faulthandler(pid, stderr_path, tried, note)
     if pyspy:
         run = procstate.run_bounded([pyspy, "dump", "--native", "--pid", str(pid)],
                                     left(_PYSPY_TIMEOUT_S))
         threads = callstacks.parse_pyspy(run.stdout)
         if run.rc == 0 and threads:
-            return Stacks(StackSource.PYSPY, run.stdout, threads=threads,
-                          note="; ".join(notes))
-        notes.append(f"py-spy: {run.error or run.stderr.strip()[:200] or run.describe()}")
+            tried.append(f"py-spy dump --native: {len(threads)} threads")
+            return Stacks(StackSource.PYSPY, run.stdout, threads=threads, tried=tried)
+        tried.append(f"py-spy dump --native: {_why(run)}")
+        gone = died("py-spy dump --native")
+        if gone:
+            return gone
     else:
-        notes.append("py-spy not found")
+        tried.append(f"py-spy: not found{_pyspy_hint()}")
     gdb = callstacks.find_gdb()
     if gdb:
-        run = procstate.run_bounded(
-            [gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off", "-iex",
-             "set auto-load python-scripts off", "-ex", "set pagination off", "-ex",
-             "thread apply all bt", "-p", str(pid)], left(_GDB_TIMEOUT_S))
-        threads, _ = callstacks.parse_gdb(run.stdout)
-        if threads:
-            return Stacks(StackSource.GDB_ATTACH, run.stdout, threads=threads,
-                          note="; ".join(notes))
-        notes.append(f"gdb: {run.error or 'no threads'}")
+        name = os.path.basename(gdb)
+        hazard = callstacks.live_attach_hazard(gdb, pid)
+        if hazard:
+            tried.append(f"{name} attach: skipped: {hazard}")
+        else:
+            run = procstate.run_bounded(
+                [gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off", "-iex",
+                 "set auto-load python-scripts off", "-ex", "set pagination off", "-ex",
+                 "thread apply all bt", "-p", str(pid)], left(_GDB_TIMEOUT_S))
+            threads, _ = callstacks.parse_gdb(run.stdout)
+            if threads:
+                tried.append(f"{name} attach: {len(threads)} threads")
+                dead = procstate.is_dead(pid)
+                return Stacks(StackSource.GDB_ATTACH, run.stdout, threads=threads,
+                              tried=tried, died=f"{name} attach" if dead else None)
+            tried.append(f"{name} attach: {run.error or 'no threads'}")
+            gone = died(f"{name} attach")
+            if gone:
+                return gone
     else:
-        notes.append("gdb or cuda-gdb not found")
-    return _faulthandler(pid, stderr_path, notes)
+        tried.append("gdb, cuda-gdb, rocgdb: not found")
+    return _faulthandler(pid, stderr_path, tried)
+
+
+def _why(run: procstate.ToolRun) -> str:
+    """What a tool that gave no stacks said, in one short line."""
+    if run.error:
+        return run.error[:200]
+    lines = run.stderr.strip().splitlines()
+    return (lines[-1] if lines else run.describe())[:200]
+
+
+def _pyspy_hint() -> str:
+    return f" ({callstacks.PYSPY_ENV} says none)" if os.environ.get(callstacks.PYSPY_ENV) \
+        is not None else ""
 
 
 def _stuck_in_d(pid: int) -> set[int]:
@@ -121,20 +168,41 @@ def _stuck_in_d(pid: int) -> set[int]:
     return first & {t.tid for t in procstate.thread_states(pid) if t.state == "D"}
 
 
-def _faulthandler(pid: int, stderr_path: Path | None, notes: list[str]) -> Stacks:
-    before = stderr_path.stat().st_size if stderr_path and stderr_path.exists() else 0
+def _faulthandler(pid: int, stderr_path: Path | None, tried: list[str],
+                  note: str = "") -> Stacks:
+    """faulthandler's Python frames via SIGUSR1, only to our worker (`stderr_path`) and only
+    while it has a SIGUSR1 handler: SIGUSR1's default action terminates the process."""
+    if stderr_path is None:
+        tried.append("faulthandler (SIGUSR1): not sent: not an iree-stress worker past its "
+                     "hello (no handler known)")
+        return Stacks(StackSource.NONE, "", note=note, tried=tried)
+    caught = procstate.caught_signals(pid)
+    if caught is None:
+        tried.append("faulthandler (SIGUSR1): the process was gone")
+        return Stacks(StackSource.NONE, "", note=note, tried=tried)
+    if signal.SIGUSR1 not in caught:
+        tried.append("faulthandler (SIGUSR1): not sent: the process has no SIGUSR1 handler "
+                     "(past interpreter finalization), and SIGUSR1 would kill it")
+        return Stacks(StackSource.NONE, "", note=note, tried=tried)
+    before = stderr_path.stat().st_size if stderr_path.exists() else 0
     try:
         os.kill(pid, signal.SIGUSR1)
     except ProcessLookupError:
-        notes.append("process gone before stacks could be taken")
-        return Stacks(StackSource.NONE, "", note="; ".join(notes))
+        tried.append("faulthandler (SIGUSR1): the process was gone")
+        return Stacks(StackSource.NONE, "", note=note, tried=tried)
     time.sleep(_FAULTHANDLER_WAIT_S)
     text = ""
-    if stderr_path and stderr_path.exists():
+    if stderr_path.exists():
         with open(stderr_path, "rb") as f:
             f.seek(before)
             text = f.read().decode(errors="replace")
-    return Stacks(StackSource.FAULTHANDLER, text, note="; ".join(notes))
+    tried.append("faulthandler (SIGUSR1): Python frames from stderr" if text.strip() else
+                 "faulthandler (SIGUSR1): nothing written")
+    if procstate.is_dead(pid):  # the handler went away between the check and the signal
+        tried.append("stopped: the process died when SIGUSR1 arrived")
+        return Stacks(StackSource.FAULTHANDLER, text, note=note, tried=tried,
+                      died="faulthandler's SIGUSR1")
+    return Stacks(StackSource.FAULTHANDLER, text, note=note, tried=tried)
 
 
 @dataclass
@@ -177,7 +245,7 @@ class ProcessEvidence:
                 "process_activity": getattr(self.process_activity(), "value", None),
                 "busy_tids": self.tids(procstate.Activity.BUSY),
                 "blocked_tids": self.tids(procstate.Activity.BLOCKED),
-                "evidence_s": round(self.seconds, 3)}
+                "evidence_s": round(self.seconds, 3), "stacks_tried": self.stacks.tried}
 
     def threads_json(self) -> str:
         """threads.json: one entry per thread: sample (tid, name, activity, states, CPU over

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stress.engine import evidence, postmortem
+from stress.engine import corekill, evidence, postmortem
 from stress.vocab import signal_name
 
 _PROBE_TIMEOUT_S: float = 60.0  # import + driver create + release + exit on a loaded box
@@ -128,9 +128,26 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
         if time.monotonic() > deadline:
             # evidence before the kill, as for any stuck worker; the main thread (tid = pid)
             #   is the one that releases the driver and exits
-            ev = evidence.collect_many([proc.pid], since_wall=time.time() - (
-                time.monotonic() - start)).processes[proc.pid]
-            stall = _Stall(limit_s, ev.files(), ev.summary(proc.pid))
+            since = time.time() - (time.monotonic() - start)
+            ev = evidence.collect_many([proc.pid], since_wall=since).processes[proc.pid]
+            # the stall is decided: a core (dumped by the kill, or by a death during the
+            #   evidence) stands in for native frames no live reader gave
+            how = ""
+            if proc.poll() is None and corekill.wanted(ev.stacks, own_cwd=True):
+                k = corekill.dump(proc.pid, proc.poll)
+                how = f"core dumped by our {k.signal} after the verdict" if k.signal else ""
+            if not how and (proc.poll() is not None or
+                            ev.stacks.died and corekill.settle(proc.poll) is not None):
+                how = f"core of its death by {signal_name(proc.returncode)} during the evidence"
+            if how and proc.returncode is not None and proc.returncode < 0:
+                ev.stacks = corekill.merge(ev.stacks, corekill.read(proc.pid, python,
+                                                                    Path(cwd), since_wall=since),
+                                           how)
+            facts = ev.summary(proc.pid)
+            if proc.returncode is not None:  # it died while its evidence was taken
+                facts["after_verdict"] = corekill.after_verdict(proc.returncode, ev.stacks)
+                facts["exit_code"] = proc.returncode
+            stall = _Stall(limit_s, ev.files(), facts)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:

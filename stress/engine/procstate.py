@@ -177,6 +177,69 @@ def thread_ids(pid: int) -> list[int]:
         return []
 
 
+def parse_sigmask(hex_mask: str) -> set[int]:
+    """Signal numbers set in a /proc/PID/status mask (`SigCgt: 0000000180004a02`): bit n-1 is
+    signal n. Pure."""
+    try:
+        bits = int(hex_mask, 16)
+    except ValueError:
+        return set()
+    return {n + 1 for n in range(64) if bits >> n & 1}
+
+
+def caught_signals(pid: int) -> set[int] | None:
+    """Signals process `pid` has a handler for (its status's SigCgt), None when it is gone or
+    unreadable. A Python worker with faulthandler registered catches SIGUSR1; past interpreter
+    finalization it no longer does, and SIGUSR1's default action would kill it."""
+    text = _read(Path(f"/proc/{pid}/status"))
+    if text is None:
+        return None
+    for line in text.splitlines():
+        if line.startswith("SigCgt:"):
+            return parse_sigmask(line.split(":", 1)[1].strip())
+    return None
+
+
+_DEFAULT_IGNORED: frozenset[int] = frozenset({signal.SIGCHLD, signal.SIGCONT, signal.SIGURG,
+                                              signal.SIGWINCH})
+_STOPPING: frozenset[int] = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN,
+                                       signal.SIGTTOU})
+
+
+def is_dead(pid: int) -> bool:
+    """True once `pid` is dead or on its way: gone, a zombie (our child stays one until
+    reaped, so its pid is not reused meanwhile), writing its core (`CoreDumping: 1`), or with
+    a fatal signal pending that it has no handler for (a tool's `kill` has queued it, the
+    process has not run yet). Reads /proc only."""
+    text = _read(Path(f"/proc/{pid}/status"))
+    if text is None:
+        return True
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    state = fields.get("State", "").strip()[:1]
+    if state in ("Z", "X") or fields.get("CoreDumping", "0").strip() == "1":
+        return True
+    pending = parse_sigmask(fields.get("ShdPnd", "0").strip()) | \
+        parse_sigmask(fields.get("SigPnd", "0").strip())
+    handled = parse_sigmask(fields.get("SigCgt", "0").strip()) | \
+        parse_sigmask(fields.get("SigIgn", "0").strip())
+    return any(n not in handled and n not in _DEFAULT_IGNORED and n not in _STOPPING
+               for n in pending)
+
+
+def maps_library(pid: int, needles: Sequence[str]) -> str | None:
+    """The first mapped file of `pid` whose path contains one of `needles` (e.g. the CUDA
+    driver, `libcuda.so`), None when none (or unreadable)."""
+    text = _read(Path(f"/proc/{pid}/maps"))
+    if text is None:
+        return None
+    for line in text.splitlines():
+        path = line.rsplit(None, 1)[-1] if "/" in line else ""
+        name = path.rsplit("/", 1)[-1]
+        if any(n in name for n in needles):
+            return path
+    return None
+
+
 def thread_states(pid: int) -> list[ThreadState]:
     """Every thread of `pid` now: tid, comm, state letter, CPU ticks, wchan, kernel stack when
     readable. Empty if the process is gone. Never blocks: reads /proc only."""
