@@ -162,6 +162,18 @@ def _python_exception(h: WorkerHandle) -> str:
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b")
 
 
+def _failed_after_bye(attr: Attribution) -> str | None:
+    """The step that failed on the failing thread after its worker-exit began (an exit
+    path's own device work, such as exit-inflight's `queue`), or None."""
+    exit_t = max((e["t"] for e in attr.steps if e.get("failing") and
+                  e["step"] == Step.WORKER_EXIT.label and e["phase"] == "begin"), default=None)
+    if exit_t is None:
+        return None
+    failed = [e for e in attr.steps if e.get("failing") and e["phase"] == "fail" and
+              e["t"] >= exit_t]
+    return str(failed[-1]["step"]) if failed else None
+
+
 def _job_text(job: Job | None) -> str:
     return job.describe() if job else "no job (setup or teardown)"
 
@@ -233,7 +245,10 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     if attr.last_step is None:
         attr.last_step = h.default_step
     exposure = None
-    if said_bye:  # its work was done and reported: the process's exit itself failed
+    failed_step = _failed_after_bye(attr) if said_bye else None
+    if failed_step:  # a step its exit path journaled failed before the exit itself
+        attr.last_step = failed_step
+    elif said_bye:  # its work was done and reported: the process's exit itself failed
         attr.last_step = Step.WORKER_EXIT.label
         exposure = "process_exit"
     job = s.job_of(h, attr)
@@ -254,7 +269,8 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     what = f"killed by {sig}" if sig else f"exited with status {rc}"
     if rc == 0:
         what = "exited 0 before finishing its jobs"
-    when = "after its work was done and reported" if said_bye else \
+    when = f"at {failed_step}, after its work was done and reported, before its exit" \
+        if failed_step else "after its work was done and reported" if said_bye else \
         f"while running {_job_text(job)}"
     message = f"worker {h.name} {what} {when}"
     after = telemetry.snapshot(s.cfg.target.backend.value)

@@ -96,6 +96,8 @@ class Leaving:
     device: Device | None  # None when the job released it
     lp: LoadedProgram | None
     kept: list[Any] = field(default_factory=list)
+    writer: SlotWriter | None = None  # the job's journal slot (the main thread's): device
+    #   work at exit is journaled there, so an error before the exit is an error of its step
 
 
 _pending: Leaving | None = None
@@ -136,7 +138,7 @@ class _ExitPattern:
             lp = None
             dev.release(t.writer, work.result)
         _set_pending(Leaving(self.path, w, work.job.index, work,
-                             dev if self.keeps_device else None, lp, kept))
+                             dev if self.keeps_device else None, lp, kept, t.writer))
 
     def keep(self, dev: Device, lp: LoadedProgram, work: Work,
              writer: SlotWriter) -> list[Any]:
@@ -187,19 +189,35 @@ class ExitInflight(_ExitPattern):
     path = ExitPath.INFLIGHT
 
     def leave(self, state: Leaving) -> None:
-        """Queues chained device-to-device copies and returns without waiting for any."""
+        """Queues chained device-to-device copies and returns without waiting for any: on the
+        thread that created the device (the main thread: worker.Worker runs exit-family jobs
+        there), journaled as the `queue` step, so a failure here is an error at `queue`, not
+        a failure of the exit that follows."""
         assert state.device is not None
         b = _binding()
-        hd = state.device.hal_device
-        usage = b.BufferUsage.DEFAULT | b.BufferUsage.TRANSFER
-        src = hd.allocator.allocate_buffer(memory_type=b.MemoryType.DEVICE_LOCAL,
-                                           allowed_usage=usage, allocation_size=_INFLIGHT_BYTES)
-        dst = hd.allocator.allocate_buffer(memory_type=b.MemoryType.DEVICE_LOCAL,
-                                           allowed_usage=usage, allocation_size=_INFLIGHT_BYTES)
-        sem = hd.create_semaphore(0)
-        for i in range(_INFLIGHT_COPIES):
-            hd.queue_copy(src, dst, wait_semaphores=b.HalFence.create_at(sem, i),
-                          signal_semaphores=b.HalFence.create_at(sem, i + 1))
+        dev = state.device
+        hd = dev.hal_device
+        writer = state.writer
+        try:
+            if writer is not None:
+                writer.begin(Step.QUEUE, dev.id)  # an injected fault fires right here
+            usage = b.BufferUsage.DEFAULT | b.BufferUsage.TRANSFER
+            src = hd.allocator.allocate_buffer(memory_type=b.MemoryType.DEVICE_LOCAL,
+                                               allowed_usage=usage,
+                                               allocation_size=_INFLIGHT_BYTES)
+            dst = hd.allocator.allocate_buffer(memory_type=b.MemoryType.DEVICE_LOCAL,
+                                               allowed_usage=usage,
+                                               allocation_size=_INFLIGHT_BYTES)
+            sem = hd.create_semaphore(0)
+            for i in range(_INFLIGHT_COPIES):
+                hd.queue_copy(src, dst, wait_semaphores=b.HalFence.create_at(sem, i),
+                              signal_semaphores=b.HalFence.create_at(sem, i + 1))
+        except BaseException:
+            if writer is not None:
+                writer.fail(Step.QUEUE, dev.id)
+            raise
+        if writer is not None:
+            writer.end(Step.QUEUE, dev.id)
         state.kept += [src, dst, sem]
         _keep(state)
 

@@ -59,6 +59,7 @@ class Step(enum.IntEnum):
     WORKER_EXIT = 13
     INJECT = 14  # marker: a fault is about to be injected at the step in `detail`
     THREAD_START = 15  # marker: a new thread took this slot; older records are another thread's
+    QUEUE = 16  # device work queued at exit that nobody waits for (exit-inflight)
 
     @property
     def label(self) -> str:

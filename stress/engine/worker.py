@@ -147,6 +147,10 @@ class Worker:
         self.threads = int(config["threads"])
         self.last_shared_job = 0xFFFFFFFF  # the shared device's teardown is attributed to it
         self.jobs: queue.Queue[Job | None] = queue.Queue()
+        # exit-family jobs run on the main thread (as a test script's device work does): the
+        # thread that then leaves by the path, runs Py_Finalize and the exit handlers is the
+        # one that created the device (IREE's cuda HAL makes its context current only there)
+        self.main_jobs: queue.Queue[Job | None] = queue.Queue()
         self.harness_error = False
         self.programs = {name: Program.from_dict(p["program"])
                          for name, p in config["programs"].items()}
@@ -206,8 +210,12 @@ class Worker:
                 job = self.jobs.get()
                 if job is None:
                     break
+                if job.pattern in exitpaths.FAMILY:
+                    self.main_jobs.put(job)
+                    continue
                 self.run_job(state, job)
         finally:
+            self.main_jobs.put(None)  # one per job thread: the main thread counts them
             # The slot keeps the index of its last job: a per-thread device released here is
             # attributed to the job that used it last.
             state.close(self.ctx)
@@ -247,6 +255,13 @@ class Worker:
                    for i in range(self.threads)]
         for th in threads:
             th.start()
+        main_state, ended = ThreadState(main_writer), 0
+        while ended < len(threads):
+            job = self.main_jobs.get()
+            if job is None:
+                ended += 1
+            else:
+                self.run_job(main_state, job)
         for th in threads:
             th.join()
         main_writer.job = self.last_shared_job

@@ -5,6 +5,7 @@ the os._exit control arm (which skips exit handlers) stays clean."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,31 @@ def test_a_driver_probe_that_stalls_in_its_exit_gets_the_workers_signature(
     assert len(sigs) == 1 and sigs[0]["thread_state"] == "busy", sigs
     assert sigs[0]["count"] == len(hangs)
     assert any("iree_fault_spin" in f for f in sigs[0]["frames"]), sigs[0]["frames"]
+
+
+def test_an_error_in_an_exit_paths_own_device_work_is_an_error_at_that_step_not_the_exit(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """Issue 24 item 3: exit-inflight queues its copies on the thread that created the device
+    (the main thread), journaled as `queue`; when that fails (on the H200 the cuda HAL's
+    context was not current on the thread that queued) the failure is an error at `queue`,
+    not a failure of the process exit."""
+    import sqlite3
+
+    run = tmp_path / "r"
+    res = run_cli("soak", "--target", "cpu", "--patterns", "exit-inflight", "--programs",
+                  PROGRAMS, "--duration", "5s", "--workers", "2", "--json", "-q",
+                  "--results", str(run), "--inject", "raise@queue", timeout=300)
+    assert res.rc == 1, res.stderr[-2000:]
+    s = res.json()
+    errors = [f for f in s["failures_detail"] if f["class"] == "error"]
+    assert errors and all(f["last_step"] == "queue" for f in errors), errors
+    assert all("at queue, after its work was done and reported, before its exit" in f["message"]
+               for f in errors), errors[0]["message"]
+    rep = run_cli("report", str(run), "--format", "json").json()
+    inflight = path_row(rep, "exit-inflight")
+    assert inflight["units"] >= len(errors) and inflight["failures"] == 0, inflight
+    db = sqlite3.connect(run / "stress.db")
+    rows = db.execute("SELECT pid, steps FROM failures WHERE class='error'").fetchall()
+    for pid, steps in rows:  # the failing thread is the main thread (tid == pid)
+        failing = [st for st in json.loads(steps) if st["failing"]]
+        assert failing and {st["tid"] for st in failing} == {pid}, failing
