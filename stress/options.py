@@ -116,6 +116,12 @@ def run_options(f: F) -> F:
                      help="Retire a pool worker after this many jobs (a fresh process takes "
                           "its place): bounded clusters for the statistics. Default: none; "
                           "gate: 100."),
+        click.option("--evidence-budget", type=click.IntRange(0), default=5,
+                     show_default=True, metavar="N",
+                     help="Crashes of one failure mode (class, signal, step) that get their "
+                          "core read and full stacks; later ones are counted with a cheap "
+                          "record, and every 2^k-th after that is sampled in full again. "
+                          "0: every crash."),
         click.option("--inject", multiple=True, metavar="KIND@STEP[:PROB]",
                      help="Inject a real fault: segv|abort|kill|hang|exit|raise|corrupt at a "
                           "journal step (invoke, device-release, ...)."),
@@ -179,4 +185,5 @@ def soak_options_from(kw: dict[str, Any], duration_s: float | None, progress: bo
         python=kw["python"], shard=shard.pair, job_seed=kw["job_seed"],
         artifacts=kw["artifacts"], cache_dir=Path(kw["cache_dir"]),
         compile_jobs=kw["compile_jobs"], progress=progress, argv=argv,
-        max_jobs_per_worker=kw.get("max_jobs_per_worker"))
+        max_jobs_per_worker=kw.get("max_jobs_per_worker"),
+        evidence_budget=kw.get("evidence_budget", 5))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.analysis.report import signature_summaries
-from stress.engine.config import SoakConfig
+from stress.engine.config import DEFAULT_EVIDENCE_BUDGET, SoakConfig
 from stress.engine.patterns import ALL_PATTERNS, EXIT_FAMILY
 from stress.engine.phases import Phases
 from stress.engine.probe import LIBRARY_HINT, ProbeResult, probe
@@ -57,6 +57,7 @@ class SoakOptions:
     record: bool = False  # native: record HAL replays
     cwd: Path | None = None  # exec: where the command runs (default: here)
     max_jobs_per_worker: int | None = None  # retire pool workers after this many jobs
+    evidence_budget: int = DEFAULT_EVIDENCE_BUDGET  # crashes of one mode with full evidence
 
 
 def resolve_patterns(names: list[str]) -> list[str]:
@@ -214,7 +215,7 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
         shard=opts.shard, job_seed=opts.job_seed, command=shlex.join(argv),
         progress=opts.progress, compiler_version=compiler_version,
         tool_version=__version__, engine=opts.engine, record=opts.record,
-        max_jobs_per_worker=opts.max_jobs_per_worker)
+        max_jobs_per_worker=opts.max_jobs_per_worker, evidence_budget=opts.evidence_budget)
     runner = None
     if native:
         from stress.engine.native import ONE_PROCESS_SCALE, NativeRunner
@@ -296,7 +297,8 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[s
         max_worker_restarts=opts.max_worker_restarts, python=opts.python, shard=opts.shard,
         job_seed=opts.job_seed, job_scale=ONE_RUN_SCALE, command=shlex.join(argv),
         progress=opts.progress, tool_version=__version__, engine="exec",
-        exec_argv=command.argv, exec_cwd=str(command.cwd), done_regex=opts.done_regex)
+        exec_argv=command.argv, exec_cwd=str(command.cwd), done_regex=opts.done_regex,
+        evidence_budget=opts.evidence_budget)
     session = Session(config, run_id, run_dir, RunStore(run_dir), Phases(),
                       runner=ExecRunner(command), observer=observer)
     with session.signals():

@@ -85,6 +85,11 @@ class Finding:
         if self.is_known:
             out.append(("known as", self.known_as()))
         out.append(("evidence", self.signature.example or "-"))
+        if s.evidence_counted:
+            out.append(("sampled", f"{s.evidence_full} with core and full stacks, "
+                                   f"{s.evidence_counted} counted only (evidence budget: "
+                                   "the first N of a mode, then every N*2^k-th; "
+                                   "--evidence-budget)"))
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -94,7 +99,8 @@ class Finding:
                 "known": s.known.as_dict() if s.known else None, "what": self.what(),
                 "frames": self.frames(), "how_often": self.how_often(),
                 "rate": s.rate.as_dict() if s.rate else None, "where": self.where(),
-                "other_threads": self.others(), "evidence": s.example}
+                "other_threads": self.others(), "evidence": s.example,
+                "sampled": {"full": s.evidence_full, "counted": s.evidence_counted}}
 
 
 @dataclass

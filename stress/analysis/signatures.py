@@ -24,7 +24,7 @@ import functools
 import hashlib
 import json
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -295,6 +295,8 @@ class Signature:
     last_seen: float | None = None
     example: str | None = None
     known: KnownFailure | None = None  # matched by the report against --known files
+    evidence_full: int = 0  # crashes with a core read and full stacks (the evidence budget)
+    evidence_counted: int = 0  # crashes counted with a cheap record, past the budget
 
     @property
     def id(self) -> str:
@@ -381,7 +383,8 @@ class Signature:
                 "others_in_flight": self.others_share(),
                 "first_seen_s": self.first_seen, "last_seen_s": self.last_seen,
                 "example": self.example, "description": self.describe(),
-                "known": self.known.as_dict() if self.known is not None else None}
+                "known": self.known.as_dict() if self.known is not None else None,
+                "evidence": {"full": self.evidence_full, "counted": self.evidence_counted}}
 
 
 def failing_slot(steps: list[dict[str, Any]]) -> int | None:
@@ -445,12 +448,24 @@ def build(data: RunData) -> list[Signature]:
     conc = {r["run_id"]: f"{r['config'].get('workers', '?')}x{r['config'].get('threads', '?')}"
             for r in data.runs}
     sigs: dict[SignatureKey, Signature] = {}
-    for row in data.failures:
-        stack = failing_stack(row)
-        key = key_of(row, stack)
+    keyed = [(row, stack, key_of(row, stack), _budget(row))
+             for row in data.failures for stack in [failing_stack(row)]]
+    # crashes past the evidence budget have no stacks: they join the signature that the
+    #   fully evidenced crashes of their mode (class, signal, step) got
+    full_keys: dict[str, Counter[SignatureKey]] = defaultdict(Counter)
+    for _, stack, key, budget in keyed:
+        if budget is not None and budget["full"] and stack.frames:
+            full_keys[budget["key"]][key] += 1
+    for row, stack, key, budget in keyed:
+        counted = budget is not None and not budget["full"]
+        if budget is not None and counted and full_keys.get(budget["key"]):
+            key = full_keys[budget["key"]].most_common(1)[0][0]
         s = sigs.get(key)
         if s is None:
             s = sigs[key] = Signature(key, display=stack.display)
+        if budget is not None:
+            s.evidence_counted += counted
+            s.evidence_full += not counted
         row = {**row, "step": failing_step(row, stack) or ""}  # the corrected step
         if row["class"] not in _NON_STACK_CLASSES:
             s.count += 1
@@ -458,7 +473,8 @@ def build(data: RunData) -> list[Signature]:
         s.rows.append(row)
         s.steps[row["step"]] += 1
         s.exposures[exp.exposure_of(row)] += 1
-        s.stack_sources[stack.source] += 1
+        if not counted:  # a counted crash has no stacks of its own
+            s.stack_sources[stack.source] += 1
         s.others.update(others_in_flight(row))
         _seen(s, row)
     # errors and miscompares: exact counts per job from the workers; rows are examples
@@ -482,6 +498,12 @@ def build(data: RunData) -> list[Signature]:
     _rates(data, list(sigs.values()))
     return sorted(sigs.values(), key=lambda s: (-(s.rate.failures if s.rate else 0), -s.count,
                                                 s.id))
+
+
+def _budget(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The engine's evidence-budget facts of a crash row (None: no budget applied)."""
+    b = (row.get("evidence") or {}).get("evidence_budget")
+    return b if isinstance(b, dict) and "key" in b and "full" in b else None
 
 
 def _place(s: Signature, row: dict[str, Any], conc: dict[str, str]) -> None:

@@ -12,6 +12,7 @@ import json
 import re
 import signal
 import time
+from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,28 @@ def _python_exception(h: WorkerHandle) -> str:
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b")
 
 
+def evidence_key(cls: FailureClass, sig: str | None, step: str | None) -> str:
+    """The mode a crash's evidence budget is counted in, known before its core is read:
+    class, signal and step, the teardown steps as one (the same destructor runs from
+    whichever release drops the last reference)."""
+    try:
+        teardown = step is not None and Step.parse(step).is_teardown()
+    except KeyError:
+        teardown = False
+    return f"{cls.value}|{sig or ''}|{'teardown' if teardown else step or ''}"
+
+
+def spend(seen: Counter[str], key: str, budget: int) -> tuple[bool, int]:
+    """(full evidence?, occurrence) for one more crash of mode `key` (`seen` counts them):
+    the first `budget` in full, then the (budget*2^k)-th (a second mode hiding under the same
+    key still shows, at a logarithmic cost), the others counted only; budget 0: all."""
+    n = seen[key] = seen[key] + 1
+    if budget <= 0 or n <= budget:
+        return True, n
+    doublings = n // budget
+    return n % budget == 0 and doublings & (doublings - 1) == 0, n
+
+
 def _failed_after_bye(attr: Attribution) -> str | None:
     """The step that failed on the failing thread after its worker-exit began (an exit
     path's own device work, such as exit-inflight's `queue`), or None."""
@@ -255,8 +278,15 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     cls = FailureClass.ERROR if said_bye and sig is None else FailureClass.CRASH
     crash: Future[evidence.CrashEvidence] | None = None
     pending_tids: list[int] = []
-    if sig is not None and h.cwd is not None and s.folders >= _MAX_FAILURE_FOLDERS:
-        postmortem.discard_core(h.pid, h.cwd)  # no folder to put its stacks in
+    budget: dict[str, Any] | None = None
+    full = True
+    if sig is not None:  # a signal death: its core and stacks cost a debugger's CPU-second
+        key = evidence_key(cls, sig, attr.last_step)
+        full, n = spend(s.evidence_seen, key, s.cfg.evidence_budget)
+        budget = {"key": key, "occurrence": n, "full": full, "budget": s.cfg.evidence_budget}
+    if sig is not None and h.cwd is not None and (s.folders >= _MAX_FAILURE_FOLDERS or
+                                                  not full):
+        postmortem.discard_core(h.pid, h.cwd)  # no folder to put its stacks in, or counted
     elif sig is not None and h.cwd is not None:  # native stacks post mortem (core + gdb, ...)
         reader = h.journal()
         tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
@@ -265,7 +295,7 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
         # storm (the incident's 40-60% of exits) never stalls the soak or its other workers
         crash = s.crash_pool().submit(evidence.collect_crash, h.pid, h.exe or s.python, h.cwd,
                                       stderr, since_wall=h.started_wall, tids=tids)
-    folder = new_folder(s, cls, h.name)
+    folder = new_folder(s, cls, h.name) if full else None
     what = f"killed by {sig}" if sig else f"exited with status {rc}"
     if rc == 0:
         what = "exited 0 before finishing its jobs"
@@ -273,8 +303,10 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
         if failed_step else "after its work was done and reported" if said_bye else \
         f"while running {_job_text(job)}"
     message = f"worker {h.name} {what} {when}"
-    after = telemetry.snapshot(s.cfg.target.backend.value)
+    after = telemetry.snapshot(s.cfg.target.backend.value) if full else {}
     facts: dict[str, Any] = {"stack_source": "pending" if crash else "none"}
+    if budget is not None:
+        facts["evidence_budget"] = budget
     if h.describe is not None:
         facts.update(h.describe())
     meta = {"class": cls.value, "signal": sig, "exit_code": rc, "said_bye": said_bye,

@@ -14,6 +14,9 @@ from stress.programs.targets import Target
 DEFAULT_TIMEOUT_S: float = 30.0
 DEFAULT_TEARDOWN_TIMEOUT_S: float = 15.0
 DEFAULT_MAX_WORKER_RESTARTS: int = 50
+DEFAULT_EVIDENCE_BUDGET: int = 5  # crashes of one mode that get a core read and full stacks;
+#   Socorro and Sentry sample repeats the same way: the fifth identical unwind adds nothing,
+#   and each costs a core (100 MiB-1 GiB) and a debugger's CPU-second while the soak runs
 
 
 @dataclass
@@ -50,6 +53,7 @@ class SoakConfig:
     done_regex: str | None = None  # exec: the command's "work finished" output line
     record: bool = False  # native: record each job's HAL stream (--device_replay_output)
     max_jobs_per_worker: int | None = None  # a pool worker retires after this many jobs
+    evidence_budget: int = DEFAULT_EVIDENCE_BUDGET  # full crash evidence per mode (0: all)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,4 +69,5 @@ class SoakConfig:
             "exec_argv": self.exec_argv, "exec_cwd": self.exec_cwd,
             "done_regex": self.done_regex, "record": self.record,
             "max_jobs_per_worker": self.max_jobs_per_worker,
+            "evidence_budget": self.evidence_budget,
         }

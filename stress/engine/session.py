@@ -132,6 +132,7 @@ class Session:
         self.pool_started = 0  # pool workers started (the first --workers stagger their limits)
         self.restart_times: deque[float] = deque()
         self.folders = 0  # evidence folders written (crashes and hangs only)
+        self.evidence_seen: Counter[str] = Counter()  # crashes per evidence mode (the budget)
         self.failure_count = 0  # what --max-failures counts: process failures + failed jobs
         self.harness_errors: list[str] = []  # our own failures: the run cannot be trusted
         self.unreaped: list[WorkerHandle] = []  # survived SIGKILL (D state): polled each tick

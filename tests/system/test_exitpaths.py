@@ -155,3 +155,36 @@ def test_an_error_in_an_exit_paths_own_device_work_is_an_error_at_that_step_not_
     for pid, steps in rows:  # the failing thread is the main thread (tid == pid)
         failing = [st for st in json.loads(steps) if st["failing"]]
         assert failing and {st["tid"] for st in failing} == {pid}, failing
+
+
+def test_crashes_past_the_evidence_budget_are_counted_into_the_sampled_signature(
+        tmp_path: Path, fault_lib: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """Issue 24 item 4: a crash storm (every exit segfaults) reads the cores of the first N
+    crashes of its mode and of every N*2^k-th, counts the others cheaply, and all of them
+    make one signature with the native frame; the report says how many were sampled."""
+    run = tmp_path / "storm"
+    res = run_cli("soak", "--target", "cpu", "--patterns", "exit-clean", "--programs", PROGRAMS,
+                  "--duration", "10s", "--workers", "2", "--json", "-q", "--results", str(run),
+                  "--evidence-budget", "2", "--max-worker-restarts", "500",
+                  "--env", f"LD_PRELOAD={fault_lib}", "--env", "IREE_FAULT_EXIT=segv",
+                  "--env", "IREE_FAULT_EXIT_PROB=1", timeout=300)
+    assert res.rc == 1, res.stderr[-2000:]
+    crashes = [f for f in res.json()["failures_detail"]
+               if f["class"] == "crash" and f["job"]["program"]]
+    assert len(crashes) >= 6, len(crashes)
+    rep = run_cli("report", str(run), "--format", "json").json()
+    sigs = [g for g in rep["signatures"] if g["class"] == "crash"]
+    exits = [g for g in sigs if g["count"] >= len(crashes)]
+    assert len(exits) == 1, [(g["description"], g["count"]) for g in sigs]
+    sig = exits[0]
+    assert sig["frames"][0] == "iree_fault_segv", sig["frames"]
+    full, counted = sig["evidence"]["full"], sig["evidence"]["counted"]
+    sampled = [n for n in range(1, len(crashes) + 1) if n <= 2 or
+               (n % 2 == 0 and (n // 2) & (n // 2 - 1) == 0)]
+    assert full == len(sampled) and counted == len(crashes) - len(sampled), sig["evidence"]
+    folders = [f for f in crashes if f["artifacts"]]
+    assert len(folders) == full
+    left = [c for c in (run / "cores").rglob("core*") if c.is_file()]
+    assert not left, left
+    text = run_cli("report", str(run)).stdout
+    assert f"{full} with core and full stacks, {counted} counted only" in text

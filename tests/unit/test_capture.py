@@ -88,3 +88,23 @@ def test_a_core_that_names_another_thread_than_the_journal_blamed_is_said_in_the
     assert "1111" in str(ev["blame_conflict"])
     meta = json.loads((folder / "failure.json").read_text())
     assert meta["blame_conflict"] == ev["blame_conflict"]
+
+
+def test_the_evidence_budget_spends_the_first_n_then_every_n_times_a_power_of_two() -> None:
+    from collections import Counter
+
+    seen: Counter[str] = Counter()
+    full = [n for n in range(1, 70) if capture.spend(seen, "crash|SIGSEGV|teardown", 3)[0]]
+    assert full == [1, 2, 3, 6, 12, 24, 48]
+    assert seen["crash|SIGSEGV|teardown"] == 69
+    other: Counter[str] = Counter()
+    assert all(capture.spend(other, "k", 0)[0] for _ in range(20))  # 0: no budget
+
+
+def test_the_evidence_mode_is_known_before_the_core_is_read_and_teardown_steps_are_one() -> None:
+    from stress.vocab import FailureClass
+
+    exit_key = capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "worker-exit")
+    assert exit_key == capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "device-release")
+    assert exit_key != capture.evidence_key(FailureClass.CRASH, "SIGABRT", "worker-exit")
+    assert exit_key != capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "invoke")
