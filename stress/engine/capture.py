@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import resource
 import signal
 import time
 from collections import Counter
@@ -174,6 +175,18 @@ def evidence_key(cls: FailureClass, sig: str | None, step: str | None) -> str:
     return f"{cls.value}|{sig or ''}|{'teardown' if teardown else step or ''}"
 
 
+def no_cores(pid: int) -> bool:
+    """Turns core dumps off for process `pid` (the evidence budget's processes that need
+    none): its RLIMIT_CORE to 0, the hard limit too, so the worker's own prepare_child, which
+    may run after this, cannot raise it again. Returns whether it may still dump a core (True
+    when the limit could not be changed)."""
+    try:
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+        return False
+    except (OSError, ValueError):
+        return True
+
+
 def spend(seen: Counter[str], key: str, budget: int) -> tuple[bool, int]:
     """(full evidence?, occurrence) for one more crash of mode `key` (`seen` counts them):
     the first `budget` in full, then the (budget*2^k)-th (a second mode hiding under the same
@@ -282,8 +295,13 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     full = True
     if sig is not None:  # a signal death: its core and stacks cost a debugger's CPU-second
         key = evidence_key(cls, sig, attr.last_step)
-        full, n = spend(s.evidence_seen, key, s.cfg.evidence_budget)
-        budget = {"key": key, "occurrence": n, "full": full, "budget": s.cfg.evidence_budget}
+        if h.cores:
+            full, n = spend(s.evidence_seen, key, s.cfg.evidence_budget)
+        else:  # no core to read: counted, and the mode's count (0 if new) asks for cores
+            s.evidence_seen[key] += 0
+            full, n = False, s.evidence_seen[key]
+        budget = {"key": key, "occurrence": n, "full": full, "budget": s.cfg.evidence_budget,
+                  "cores": h.cores}
     if sig is not None and h.cwd is not None and (s.folders >= _MAX_FAILURE_FOLDERS or
                                                   not full):
         postmortem.discard_core(h.pid, h.cwd)  # no folder to put its stacks in, or counted

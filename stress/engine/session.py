@@ -57,6 +57,9 @@ def is_ephemeral(pattern: str, engine: str = "python") -> bool:
 _CRASH_READERS: int = 2  # post-mortem stack readers at once: gdb is CPU-bound; more would
 #   slow the workers under test more than it speeds up the evidence
 _OBSERVE_PERIOD_S: float = 1.0  # how often an observer (the gate) may stop the run
+_CORE_SAMPLE_EVERY: int = 8  # once every crash mode has its evidence, one new process in
+#   this many keeps core dumps on: a storm of one mode stops paying for cores nobody reads,
+#   and a new mode still gets its first core within a few processes
 _COOLDOWN_S: float = 8.0  # GPU runs keep sampling this long after the last worker exited: a
 #   clock that never comes down after a clean teardown shows there (the "busy while idle"
 #   detector needs more than its 5 s threshold of it)
@@ -132,7 +135,8 @@ class Session:
         self.pool_started = 0  # pool workers started (the first --workers stagger their limits)
         self.restart_times: deque[float] = deque()
         self.folders = 0  # evidence folders written (crashes and hangs only)
-        self.evidence_seen: Counter[str] = Counter()  # crashes per evidence mode (the budget)
+        self.evidence_seen: Counter[str] = Counter()  # cored crashes per mode (the budget)
+        self.core_launches = 0  # processes started once every mode had its evidence
         self.failure_count = 0  # what --max-failures counts: process failures + failed jobs
         self.harness_errors: list[str] = []  # our own failures: the run cannot be trusted
         self.unreaped: list[WorkerHandle] = []  # survived SIGKILL (D state): polled each tick
@@ -371,6 +375,8 @@ class Session:
             sys.stderr.write(f"iree-stress: exit paths now use spawn: {exc}\n")
             h = self.exit_runner.launch(spec)
         h.facts_worker = spec.facts
+        if not self.cores_wanted():
+            h.cores = capture.no_cores(h.pid)
         if not ephemeral and self.cfg.max_jobs_per_worker is not None:
             h.job_limit = self._job_limit()
         h.db_row = self.store.add_worker(self.run_id, wid, gen, h.pid)
@@ -378,6 +384,19 @@ class Session:
             self.timeline_store.set_worker_device(h.db_row, self.device_for(wid))
         self.workers[wid] = h
         return h
+
+    def cores_wanted(self) -> bool:
+        """Whether the next process may dump a core: while any crash mode seen has less than
+        its evidence budget of cored crashes (a mode seen in a process without cores is
+        counted at 0), else one process in _CORE_SAMPLE_EVERY (the budget's later samples,
+        and the first core of a mode not seen yet). A core costs its writing before the
+        death is seen: ~0.1 s for a cpu worker here (112 MiB), ~1 s for a CUDA one."""
+        budget = self.cfg.evidence_budget
+        if budget <= 0 or not self.evidence_seen or \
+                any(n < budget for n in self.evidence_seen.values()):
+            return True
+        self.core_launches += 1
+        return self.core_launches % _CORE_SAMPLE_EVERY == 0
 
     def _job_limit(self) -> int:
         """--max-jobs-per-worker, staggered for the first pool workers (k of W gets (k+1)/W of

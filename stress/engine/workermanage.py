@@ -92,6 +92,8 @@ class WorkerHandle:
     facts: dict[str, Any] | None = None
     db_row: int = 0
     cwd: Path | None = None  # where a core of this worker lands
+    cores: bool = True  # may dump a core (the evidence budget turns cores off for most new
+    #   processes once every crash mode seen has its evidence)
     exe: str | None = None  # the executable its core belongs to (None: the worker's python)
     default_step: str | None = None  # the step blamed when no journal names one ("run")
     # facts its runner read off the process (an exec job's last output lines), added to the
