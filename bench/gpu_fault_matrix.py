@@ -1,0 +1,197 @@
+"""The fault matrix on a real target (issue 24 item 6): every fault of the project's fault
+library (tests/native/libfault.c, LD_PRELOAD) x the patterns where it can fire, one soak per
+cell, and for each cell what a user would check first:
+
+  expected class   segv -> crash; spin -> teardown_hang (busy); block -> teardown_hang
+                   (blocked); an exit fault on exit-os-exit (no exit handlers run) -> none
+  recorded         the classes the soak recorded (and the fault library's own count of
+                   faults fired: the ground truth, independent of the tool)
+  state            busy / blocked of the signature (hangs)
+  frame            the library's faulting frame (iree_fault_segv / _spin / _block) found in
+                   the signature's stack, and by which tool
+  rate             the signature's rate per exposure with its 95% interval, next to the
+                   injected probability (exit faults fire once per process exit; a join fault
+                   per pthread_join, several per device release)
+
+    python bench/gpu_fault_matrix.py [--target cuda --artifacts DIR] [--duration 20]
+                                     [--debuggers on|off] [--faults ...] [--out FILE]
+
+`--debuggers off` runs every soak with a PATH that has no gdb, cuda-gdb or rocgdb (on the H200
+image cuda-gdb is the only gdb): the stall verdicts and frames must not depend on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, add_target_args, header, soak_target  # noqa: E402
+
+PROGRAMS: str = "unary.*.f32.*"
+_DEBUGGERS: tuple[str, ...] = ("gdb", "cuda-gdb", "rocgdb")
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    env: tuple[tuple[str, str], ...]  # the library's variables
+    prob: float
+    patterns: tuple[str, ...]  # where it can fire
+    mode: str  # segv | spin | block
+
+    def expected(self, pattern: str) -> str:
+        if self.name.startswith("exit-") and pattern == "exit-os-exit":
+            return "none"  # os._exit skips the ELF destructors the fault lives in
+        return "crash" if self.mode == "segv" else "teardown_hang"
+
+    def state(self) -> str:
+        return {"segv": "-", "spin": "busy", "block": "blocked"}[self.mode]
+
+
+def _join(mode: str, p: float) -> Fault:
+    return Fault(f"join-{mode}", (("IREE_FAULT_JOIN", mode), ("IREE_FAULT_JOIN_PROB", str(p))),
+                 p, ("per-call", "churn", "exit-clean"), mode)
+
+
+def _exit(mode: str, p: float) -> Fault:
+    return Fault(f"exit-{mode}", (("IREE_FAULT_EXIT", mode), ("IREE_FAULT_EXIT_PROB", str(p))),
+                 p, ("exit-clean", "process-per-job", "exit-os-exit"), mode)
+
+
+FAULTS: tuple[Fault, ...] = (_join("segv", 0.3), _join("spin", 0.1), _join("block", 0.1),
+                             _exit("segv", 0.3), _exit("spin", 0.1), _exit("block", 0.1))
+
+
+def build_lib(out: Path) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise SystemExit("no C compiler for tests/native/libfault.c")
+    lib = out / "libfault.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-g", "-o", str(lib),
+                    str(ROOT / "tests" / "native" / "libfault.c"), "-ldl", "-lpthread"],
+                   check=True)
+    return lib
+
+
+def path_without_debuggers() -> str:
+    """PATH with every folder that holds a gdb, cuda-gdb or rocgdb left out."""
+    dirs = os.environ.get("PATH", "").split(os.pathsep)
+    return os.pathsep.join(d for d in dirs if d and
+                           not any(os.access(os.path.join(d, g), os.X_OK) for g in _DEBUGGERS))
+
+
+def cell(fault: Fault, pattern: str, args: argparse.Namespace, lib: Path,
+         folder: Path) -> dict[str, Any]:
+    run = folder / f"{fault.name}-{pattern}"
+    count = folder / f"{fault.name}-{pattern}.fired"
+    env = dict(os.environ)
+    if args.debuggers == "off":
+        env["PATH"] = path_without_debuggers()
+    argv = [sys.executable, "-m", "stress", "soak", *soak_target(args), "--patterns", pattern,
+            "--programs", PROGRAMS, "--duration", f"{args.duration:g}s", "--workers",
+            str(args.workers), "--timeout", "5s", "--teardown-timeout",
+            f"{args.teardown_timeout:g}s", "--max-worker-restarts", "100000", "--json", "-q",
+            "--results", str(run), "--env", f"LD_PRELOAD={lib}",
+            "--env", f"IREE_FAULT_COUNT_FILE={count}",
+            *[x for k, v in fault.env for x in ("--env", f"{k}={v}")]]
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=args.duration * 6 + 600)
+    if out.returncode not in (0, 1):
+        return {"error": f"soak exit {out.returncode}: {out.stderr.strip()[-300:]}"}
+    s = json.loads(out.stdout)
+    rep = subprocess.run([sys.executable, "-m", "stress", "report", str(run), "--format",
+                          "json"], capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=600)
+    sigs = json.loads(rep.stdout)["signatures"] if rep.returncode in (0, 1) else []
+    fired = count.read_text().split("\n") if count.exists() else []
+    want = f"{fault.name.split('-')[0]} {fault.mode}"
+    return {"summary": s, "signatures": sigs,
+            "fired": sum(1 for line in fired if line.startswith(want))}
+
+
+def judge(fault: Fault, pattern: str, got: dict[str, Any]) -> list[str]:
+    """One printed row: fault, pattern, p, fired, expected, recorded, state, frame, rate,
+    verdict."""
+    expected = fault.expected(pattern)
+    if "error" in got:
+        return [fault.name, pattern, f"{fault.prob:g}", "?", expected, got["error"], "", "", "",
+                "ERROR"]
+    counts = {k: v for k, v in got["summary"]["failures"].items() if v}
+    recorded = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
+    frame_fn = f"iree_fault_{fault.mode}"
+    main = [g for g in got["signatures"] if g["class"] == expected]
+    main.sort(key=lambda g: -g["count"])
+    state = frame = rate = "-"
+    ok = set(counts) <= {expected} if expected != "none" else not counts
+    if main:
+        g = main[0]
+        state = g.get("thread_state") or "-"
+        found = any(frame_fn in f for f in [*g.get("frames", []), *g.get("stack", [])])
+        frame = f"yes ({g.get('stack_source')})" if found else f"no ({g.get('stack_source')})"
+        if g.get("rate_per_exposure") is not None:
+            rate = (f"{g['rate_per_exposure']:.3f} [{g['ci_low']:.3f}, {g['ci_high']:.3f}] "
+                    f"per {g['exposure']}")
+        ok = ok and found and (fault.state() == "-" or state == fault.state())
+    elif expected != "none":
+        ok = False
+    if expected != "none" and got["fired"] == 0:
+        ok = False  # the fault never fired: the cell proves nothing
+    n = counts.get(expected, 0)
+    if fault.mode == "segv" and n != got["fired"]:
+        ok = False  # a process dies at its first fired segv: one crash each, none missed
+    if fault.mode != "segv" and expected != "none" and not 1 <= n <= got["fired"]:
+        ok = False  # a stuck process may have fired in several threads: one hang
+    return [fault.name, pattern, f"{fault.prob:g}", str(got["fired"]), expected, recorded,
+            state, frame, rate, "OK" if ok else "MISMATCH"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_target_args(ap)
+    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--teardown-timeout", type=float, default=2.0)
+    ap.add_argument("--debuggers", choices=("on", "off"), default="on")
+    ap.add_argument("--faults", default=",".join(f.name for f in FAULTS))
+    ap.add_argument("--out", help="also write the table here")
+    args = ap.parse_args()
+    header()
+    chosen = [f for f in FAULTS if f.name in args.faults.split(",")]
+    print(f"# debuggers {args.debuggers}: "
+          + (", ".join(f"{g}={shutil.which(g)}" for g in _DEBUGGERS if shutil.which(g))
+             if args.debuggers == "on" else "none on PATH") + "; py-spy "
+          + str(shutil.which("py-spy") or Path(sys.executable).parent / "py-spy"), flush=True)
+    cols = ("fault", "pattern", "p", "fired", "expected", "recorded", "state", "frame",
+            "rate per exposure [95%]", "cell")
+    rows: list[list[str]] = []
+    with tempfile.TemporaryDirectory(prefix="fault-matrix-") as tmp:
+        lib = build_lib(Path(tmp))
+        for fault in chosen:
+            for pattern in fault.patterns:
+                row = judge(fault, pattern, cell(fault, pattern, args, lib, Path(tmp)))
+                rows.append(row)
+                print("  ".join(row), flush=True)
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    table = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
+    table += ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)) for r in rows]
+    bad = sum(r[-1] != "OK" for r in rows)
+    table.append(f"# {len(rows)} cells, {len(rows) - bad} OK, {bad} not; target "
+                 f"{args.target}, {args.duration:g} s soaks, {args.workers} workers, "
+                 f"teardown deadline {args.teardown_timeout:g} s")
+    print("\n" + "\n".join(table))
+    if args.out:
+        Path(args.out).write_text("\n".join(table) + "\n")
+    return 0 if not bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
