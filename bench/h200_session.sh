@@ -9,6 +9,8 @@
 #   bench/h200_session.sh ratios   # the ratio benches alone, in one call of ~9 minutes
 #   bench/h200_session.sh overhead # soak_overhead alone, 10 s rounds (~6 minutes)
 #   bench/h200_session.sh latency  # failure_latency with time for all its samples
+#   bench/h200_session.sh matrix-on|matrix-off  # the fault matrix, cuda-gdb on PATH or not
+#   bench/h200_session.sh exits    # exit paths on cuda (no fault), then the evidence budget
 #
 # Prepared here (no compiler, no registry there): the cp312 iree-base-runtime and py-spy wheels
 # in .cache/hgpu/wheels and `iree-stress compile --target cuda --export .cache/hgpu/cuda`.
@@ -109,8 +111,33 @@ latency)
     > "$OUT/failure_latency-cuda-h200-8.txt" 2>&1
   echo "failure_latency exit $?"; cat "$OUT/failure_latency-cuda-h200-8.txt"; df -h /tmp | tail -1
   ;;
+matrix-on|matrix-off)
+  # issue 24: the fault matrix on cuda, cuda-gdb on PATH (on) or no debugger at all (off);
+  # ~18 cells of MATRIX_S seconds each fit one call
+  install
+  nvidia-smi -L
+  which gdb cuda-gdb rocgdb py-spy 2>&1 | head
+  mode=${1#matrix-}
+  timeout "${MATRIX_TIMEOUT_S:-570}" python3 bench/gpu_fault_matrix.py --target cuda \
+    --artifacts "$ART" --duration "${MATRIX_S:-12}" --workers 4 --debuggers "$mode" \
+    --out "$OUT/fault_matrix-cuda-h200-$mode.txt" > "$OUT/fault_matrix-cuda-h200-$mode.log" 2>&1
+  echo "fault matrix exit $?"; cat "$OUT/fault_matrix-cuda-h200-$mode.log"
+  ;;
+exits)
+  # issue 24: exit-inflight reaches its exit with no fault (>= 95% of jobs), then the
+  # evidence budget's exits/s in a p = 0.5 exit-crash storm against a clean soak
+  install
+  nvidia-smi -L
+  timeout 200 python3 -m stress soak --target cuda --artifacts "$ART" --patterns exit \
+    --duration 90s --workers 4 --json -q --results /tmp/exits > "$OUT/exit_paths-cuda-h200.json" \
+    2> "$OUT/exit_paths-cuda-h200.log"
+  timeout 60 python3 -m stress report /tmp/exits > "$OUT/exit_paths-cuda-h200-report.txt" 2>&1
+  timeout 330 python3 bench/evidence_budget.py --target cuda --artifacts "$ART" --rounds 3 \
+    --duration 20 --workers 4 > "$OUT/evidence_budget-cuda-h200.txt" 2>&1
+  cat "$OUT/exit_paths-cuda-h200-report.txt" "$OUT/evidence_budget-cuda-h200.txt" | tail -60
+  ;;
 *)
-  echo "usage: $0 start|finish|more|ratios|overhead|latency" >&2
+  echo "usage: $0 start|finish|more|ratios|overhead|latency|matrix-on|matrix-off|exits" >&2
   exit 2
   ;;
 esac

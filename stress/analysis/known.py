@@ -11,6 +11,12 @@ already filed are shown apart from new ones (and, in the gate, do not fail it).
     match = "teardown_hang|*|worker-exit|busy|*"   # a glob over the signature key text
     note = "spins at exit under driver X"
 
+    [[known]]
+    key = "crash|SIGSEGV|teardown||pthread_join < ?? [_runtime.so] < Py_DECREF|"
+    note = "segfault in the runtime's teardown join"  # a report's `key`, matched exactly or
+    #   compatibly: the same mode seen through a shorter unwind or without symbols (`??`
+    #   frames of the same module), and the report says which
+
 The key text is `class|signal|step|state|frame < frame < frame|message` (shown by
 `report --format json` as each signature's `key`). The key keeps a message's first 120
 characters. For errors and miscompares, a pattern that misses the key is tried on the key with
@@ -34,7 +40,7 @@ from typing import Any
 
 from stress.errors import UsageError
 
-_KEYS: frozenset[str] = frozenset({"signature", "match", "note", "link"})
+_KEYS: frozenset[str] = frozenset({"signature", "match", "key", "note", "link"})
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class KnownFailure:
     match: str = ""
     link: str = ""
     line: int = 0  # where it is in the file (for messages)
+    key: str = ""  # a signature key text, matched exactly or compatibly
 
     def matches(self, sig_id: str, key_text: str, full_texts: Sequence[str] = ()) -> bool:
         """By id, or the pattern over the key text, or over *every one* of the signature's
@@ -53,13 +60,15 @@ class KnownFailure:
         the others known)."""
         if self.signature:
             return sig_id == self.signature
+        if self.key:
+            return key_text == self.key
         if fnmatch.fnmatchcase(key_text, self.match):
             return True
         return bool(full_texts) and all(fnmatch.fnmatchcase(t, self.match) for t in full_texts)
 
     def as_dict(self) -> dict[str, Any]:
         return {"signature": self.signature or None, "match": self.match or None,
-                "note": self.note, "link": self.link or None}
+                "key": self.key or None, "note": self.note, "link": self.link or None}
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,8 @@ class KnownFailures:
         """The first entry that names this signature (ids before patterns). `full_texts` as
         in `KnownFailure.matches`, or a function giving them (called only when a pattern
         entry exists and the key alone matched none)."""
-        by_id = [e for e in self.entries if e.signature and e.matches(sig_id, key_text)]
+        by_id = [e for e in self.entries if (e.signature or e.key) and
+                 e.matches(sig_id, key_text)]
         if by_id:
             return by_id[0]
         patterns = [e for e in self.entries if e.match]
@@ -85,8 +95,18 @@ class KnownFailures:
             if full else None
 
     def lookup_signature(self, sig: Any) -> KnownFailure | None:
-        """lookup() for a `signatures.Signature`."""
-        return self.lookup(sig.id, sig.key.text(), sig.full_texts)
+        """lookup() for a `signatures.Signature`; else a `key` entry the signature is
+        compatible with (`Signature.compatible_with`: one mode through a shorter or
+        unsymbolized unwind), whose way of matching is left in `sig.known_how`."""
+        hit = self.lookup(sig.id, sig.key.text(), sig.full_texts)
+        if hit is not None:
+            return hit
+        for e in self.entries:
+            why = sig.compatible_with(e.key) if e.key else None
+            if why:
+                sig.known_how = f"matched {e.key!r} compatibly: {why}"
+                return e
+        return None
 
 
 EMPTY = KnownFailures(None, ())
@@ -156,13 +176,13 @@ def _entry(t: Any, path: Path, line: int) -> KnownFailure:
                          f"{', '.join(sorted(_KEYS))})")
     if not all(isinstance(v, str) for v in t.values()):
         raise UsageError(f"{where}: values must be strings")
-    if bool(t.get("signature")) == bool(t.get("match")):
-        raise UsageError(f"{where}: give exactly one of `signature` (an id) or `match` "
-                         f"(a glob over the signature key)")
+    if sum(bool(t.get(k)) for k in ("signature", "match", "key")) != 1:
+        raise UsageError(f"{where}: give exactly one of `signature` (an id), `match` "
+                         f"(a glob over the signature key) or `key` (a signature key)")
     if not t.get("note"):
         raise UsageError(f"{where}: a known failure needs a `note` saying what it is")
     return KnownFailure(t["note"], t.get("signature", ""), t.get("match", ""), t.get("link", ""),
-                        line)
+                        line, t.get("key", ""))
 
 
 def load_all(paths: Iterable[Path]) -> KnownFailures:

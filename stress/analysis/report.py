@@ -72,7 +72,8 @@ class Finding:
 
     def known_as(self) -> str:
         k = self.signature.known
-        return "" if k is None else k.note + (f" ({k.link})" if k.link else "")
+        how = f"; {self.signature.known_how}" if self.signature.known_how else ""
+        return "" if k is None else k.note + (f" ({k.link})" if k.link else "") + how
 
     def rows(self) -> list[tuple[str, str]]:
         """The lines under the headline, as (label, text)."""
@@ -85,6 +86,9 @@ class Finding:
         if self.is_known:
             out.append(("known as", self.known_as()))
         out.append(("evidence", self.signature.example or "-"))
+        if s.merged:
+            out.append(("merged", "; ".join(f"{n} with {what}" for what, n in
+                                            s.merged.most_common(3))))
         if s.evidence_counted:
             out.append(("sampled", f"{s.evidence_full} with core and full stacks, "
                                    f"{s.evidence_counted} counted only (evidence budget: "

@@ -148,6 +148,7 @@ def key_frames(frames: list[Frame], r: Rules | None = None) -> tuple[str, ...]:
 @dataclass
 class StackEvidence:
     frames: tuple[str, ...] = ()  # key frames
+    modules: tuple[str, ...] = ()  # each key frame's module ("" unknown): not in the id
     display: tuple[str, ...] = ()  # meaningful frames with modules, for reports
     source: str = "none"  # which tool the frames came from
     thread_name: str = ""
@@ -189,7 +190,9 @@ def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> 
         good = meaningful(th.frames, crashed=crashed)
         if not good and dump.tool is not StackTool.FAULTHANDLER:
             continue
-        return StackEvidence(key_frames(good), tuple(f.display() for f in good[:DISPLAY_FRAMES]),
+        keys = key_frames(good)
+        return StackEvidence(keys, tuple(f.module for f in good[:len(keys)]),
+                             tuple(f.display() for f in good[:DISPLAY_FRAMES]),
                              dump.tool.describe(), th.name, th.tid)
     return StackEvidence(source=str(ev.get("stack_source") or "none"))
 
@@ -256,6 +259,22 @@ class SignatureKey:
     state: str  # busy | blocked | "" (hangs only)
     frames: tuple[str, ...]
     message: str
+    # each frame's module ("" unknown), for matching an unsymbolized frame (`?? [lib.so]`)
+    #   against a named one; not part of the text, the id or equality
+    modules: tuple[str, ...] = field(default=(), compare=False)
+
+    @staticmethod
+    def parse(text: str) -> SignatureKey:
+        """The key of `text()` (a report's `key`, a known-failures entry's `key`)."""
+        parts = (text.split("|", 5) + [""] * 6)[:6]
+        frames = tuple(f.strip() for f in parts[4].split(" < ") if f.strip())
+        return SignatureKey(parts[0], parts[1] or None, parts[2] or None, parts[3], frames,
+                            parts[5], tuple(_frame_module(f) for f in frames))
+
+    def module(self, i: int) -> str:
+        if i < len(self.modules) and self.modules[i]:
+            return self.modules[i]
+        return _frame_module(self.frames[i])
 
     def text(self) -> str:
         """`class|signal|step|state|frame < frame < frame|message`: what ids hash and known
@@ -271,6 +290,74 @@ class SignatureKey:
         """text() with another message in its place (known-failure patterns, `full_texts`)."""
         return "|".join([self.cls, self.signal or "", self.step or "", self.state,
                          " < ".join(self.frames), message])
+
+
+_UNNAMED: str = "??"
+
+
+def _frame_module(key: str) -> str:
+    """The module a frame key names (`?? [_runtime.so]`, a Python frame's `f [file.py]`)."""
+    return key[key.rindex("[") + 1:-1] if key.endswith("]") and "[" in key else ""
+
+
+def _unnamed(key: str) -> bool:
+    return key == _UNNAMED or key.startswith(_UNNAMED + " [")
+
+
+def compatible(a: SignatureKey, b: SignatureKey) -> str | None:
+    """Why `a` and `b` may be one failure mode seen through two unwinds (None: they are not):
+    the same class, signal, step, state and message, and frames that agree position by
+    position over the shorter stack, where an unsymbolized frame (`?? [lib.so]`) agrees with
+    a named one of the same module (or of an unknown one), with at least one frame the same
+    in both by its name or its module. Says "unwind stopped early" when one stack is a
+    shorter prefix, "N frame(s) unsymbolized" when `??` stood in."""
+    if (a.cls, a.signal, a.step, a.state, a.message) != \
+            (b.cls, b.signal, b.step, b.state, b.message) or not a.frames or not b.frames:
+        return None
+    n = min(len(a.frames), len(b.frames))
+    if max(len(a.frames), len(b.frames)) > n and n >= TOP_FRAMES:
+        return None  # both unwinds were long enough: a longer key is another mode
+    same = wild = 0
+    for i in range(n):
+        fa, fb = a.frames[i], b.frames[i]
+        if fa == fb:
+            same += fa not in (_UNNAMED, f"{_UNNAMED} []")  # a name, or at least a module
+            continue
+        if not (_unnamed(fa) or _unnamed(fb)):
+            return None
+        ma, mb = a.module(i), b.module(i)
+        if ma and mb and ma != mb:
+            return None
+        wild += 1
+    if same == 0 or (wild == 0 and len(a.frames) == len(b.frames)):
+        return None
+    why = []
+    if len(a.frames) != len(b.frames):
+        why.append("unwind stopped early")
+    if wild:
+        why.append(f"{wild} frame(s) unsymbolized")
+    return ", ".join(why)
+
+
+def _richness(k: SignatureKey) -> tuple[int, int]:
+    return len(k.frames), -sum(_unnamed(f) for f in k.frames)
+
+
+def merge_map(counts: Counter[SignatureKey]) -> dict[SignatureKey, tuple[SignatureKey, str]]:
+    """Keys to fold into a richer one (more frames, or fewer unsymbolized) that is the only
+    compatible candidate: key -> (target, why). A key compatible with several richer keys
+    that are not compatible with each other stays as it is (it cannot be told which)."""
+    out: dict[SignatureKey, tuple[SignatureKey, str]] = {}
+    keys = sorted(counts, key=_richness, reverse=True)
+    for k in keys:
+        richer = [(other, why) for other in keys if _richness(other) > _richness(k)
+                  for why in [compatible(k, other)] if why]
+        if not richer:
+            continue
+        best, why = max(richer, key=lambda c: (_richness(c[0]), counts[c[0]]))
+        if all(o is best or compatible(o, best) for o, _ in richer):
+            out[k] = (out.get(best, (best, ""))[0], why)
+    return out
 
 
 # --- signatures ------------------------------------------------------------------------------
@@ -295,12 +382,20 @@ class Signature:
     last_seen: float | None = None
     example: str | None = None
     known: KnownFailure | None = None  # matched by the report against --known files
+    merged: Counter[str] = field(default_factory=Counter)  # "key text (why)" -> failures
+    #   folded in from a shorter or unsymbolized unwind of the same mode
+    known_how: str = ""  # how a known-failures entry matched, when not exactly
     evidence_full: int = 0  # crashes with a core read and full stacks (the evidence budget)
     evidence_counted: int = 0  # crashes counted with a cheap record, past the budget
 
     @property
     def id(self) -> str:
         return self.key.id
+
+    def compatible_with(self, key_text: str) -> str | None:
+        """Why a key written elsewhere (a known-failures entry's `key`, from a run with
+        symbols or a longer unwind) is this signature's mode; None when it is not."""
+        return compatible(self.key, SignatureKey.parse(key_text))
 
     def full_texts(self, limit: int = 8, scan: int = 5000) -> tuple[str, ...]:
         """The key with each distinct full message of its rows in place of the cut one (first
@@ -384,7 +479,8 @@ class Signature:
                 "first_seen_s": self.first_seen, "last_seen_s": self.last_seen,
                 "example": self.example, "description": self.describe(),
                 "known": self.known.as_dict() if self.known is not None else None,
-                "evidence": {"full": self.evidence_full, "counted": self.evidence_counted}}
+                "evidence": {"full": self.evidence_full, "counted": self.evidence_counted},
+                "merged": dict(self.merged), "known_how": self.known_how or None}
 
 
 def failing_slot(steps: list[dict[str, Any]]) -> int | None:
@@ -440,7 +536,8 @@ def key_of(row: dict[str, Any], stack: StackEvidence | None = None) -> Signature
     stack = stack if stack is not None else failing_stack(row)
     return SignatureKey(cls, row.get("signal") if cls == "crash" else None,
                         key_step(failing_step(row, stack), stack.frames), thread_state(row),
-                        stack.frames, "" if stack.frames else output_message(row))
+                        stack.frames, "" if stack.frames else output_message(row),
+                        stack.modules)
 
 
 def build(data: RunData) -> list[Signature]:
@@ -456,13 +553,23 @@ def build(data: RunData) -> list[Signature]:
     for _, stack, key, budget in keyed:
         if budget is not None and budget["full"] and stack.frames:
             full_keys[budget["key"]][key] += 1
+    # one mode, two unwinds: a stack cut short, or unsymbolized frames, folds into the one
+    #   richer key it is compatible with (and says so)
+    folds = merge_map(Counter(k for _, _, k, _ in keyed if k.frames))
     for row, stack, key, budget in keyed:
         counted = budget is not None and not budget["full"]
         if budget is not None and counted and full_keys.get(budget["key"]):
             key = full_keys[budget["key"]].most_common(1)[0][0]
+        fold = folds.get(key)
+        if fold is not None:
+            key, why = fold[0], f"{' < '.join(key.frames)} ({fold[1]})"
         s = sigs.get(key)
         if s is None:
-            s = sigs[key] = Signature(key, display=stack.display)
+            s = sigs[key] = Signature(key, display=() if fold else stack.display)
+        if fold is not None:
+            s.merged[why] += 1
+        elif not s.display:
+            s.display = stack.display
         if budget is not None:
             s.evidence_counted += counted
             s.evidence_full += not counted
@@ -477,6 +584,9 @@ def build(data: RunData) -> list[Signature]:
             s.stack_sources[stack.source] += 1
         s.others.update(others_in_flight(row))
         _seen(s, row)
+    for s in sigs.values():  # a mode seen only through folded unwinds still shows a stack
+        if not s.display:
+            s.display = next((failing_stack(r).display for r in s.rows[:1]), ())
     # errors and miscompares: exact counts per job from the workers; rows are examples
     for c in data.counts:
         cls, step, msg = (c["key"].split("|", 2) + ["", ""])[:3]
