@@ -444,7 +444,8 @@ def _take_and_kill(handles: list[WorkerHandle], backend: str, stderr_paths: dict
         if len(cored) >= corekill.CORES_PER_BATCH or h.pid in ended:
             continue
         own = h.cwd is not None and corekill.ours(h.cwd, run_dir)
-        if corekill.wanted(hang.processes[h.pid].stacks, own):
+        if corekill.wanted(hang.processes[h.pid].stacks, own) and \
+                not hang.processes[h.pid].in_d_state():
             h.killed_by_us = True
             k = corekill.dump(h.pid, h.proc.poll)
             if k.other is not None:  # an evidence tool's signal got there first

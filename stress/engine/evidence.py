@@ -216,6 +216,11 @@ class ProcessEvidence:
     stacks: Stacks
     seconds: float = 0.0
 
+    def in_d_state(self) -> bool:
+        """A thread stayed in uninterruptible wait (D) across the sampling window: no core
+        can be written until that wait ends, and no ptrace stop lands."""
+        return any(s.first_state == "D" == s.last_state for s in self.samples.values())
+
     def tids(self, activity: procstate.Activity) -> list[int]:
         return sorted(t for t, s in self.samples.items() if s.activity is activity)
 

@@ -133,7 +133,8 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
             # the stall is decided: a core (dumped by the kill, or by a death during the
             #   evidence) stands in for native frames no live reader gave
             how = ""
-            if proc.poll() is None and corekill.wanted(ev.stacks, own_cwd=True):
+            if proc.poll() is None and corekill.wanted(ev.stacks, own_cwd=True) and \
+                    not ev.in_d_state():
                 k = corekill.dump(proc.pid, proc.poll)
                 how = f"core dumped by our {k.signal} after the verdict" if k.signal else ""
             if not how and (proc.poll() is not None or
