@@ -216,18 +216,27 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
         tool_version=__version__, engine=opts.engine, record=opts.record,
         max_jobs_per_worker=opts.max_jobs_per_worker)
     runner = None
+    facts: dict[str, Any] = {}
     if native:
-        from stress.engine.native import ONE_PROCESS_SCALE, NativeRunner
+        from stress.engine.native import ONE_PROCESS_SCALE, NativeRunner, tool_facts
 
         config.job_scale = ONE_PROCESS_SCALE
         config.workers = opts.workers or os.cpu_count() or 2
-        runner = NativeRunner(native_tools(python), {p.name: p for p in programs},
+        tools = native_tools(python)
+        facts = tool_facts(tools)  # no worker says hello: the tools' own version file
+        runner = NativeRunner(tools, {p.name: p for p in programs},
                               artifact_paths, config.device_uri, run_dir, opts.record, opts.env)
     session = Session(config, run_id, run_dir, RunStore(run_dir), phases, runner=runner,
                       startup_failures=found.failures, observer=observer)
+    session.facts.update(facts)
     with session.signals():
         session.run()
-        return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})
+        return write_summary(run_dir)
+
+
+def write_summary(run_dir: Path) -> dict[str, Any]:
+    """summary.json of a run folder (a soak's, or one made by `merge`), with its signatures."""
+    return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})
 
 
 _GPU_TOOLS: tuple[tuple[str, str], ...] = (("nvidia-smi", "cuda"), ("amd-smi", "rocm"),
@@ -301,7 +310,7 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[s
                       runner=ExecRunner(command), observer=observer)
     with session.signals():
         session.run()
-        return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})
+        return write_summary(run_dir)
 
 
 def resolve_native_patterns(names: list[str]) -> list[str]:

@@ -65,4 +65,6 @@ class SoakConfig:
             "exec_argv": self.exec_argv, "exec_cwd": self.exec_cwd,
             "done_regex": self.done_regex, "record": self.record,
             "max_jobs_per_worker": self.max_jobs_per_worker,
+            # checked only against their own first result (no numpy reference): reports say so
+            "repeatability_only": [p.name for p in self.programs if not p.has_reference],
         }
