@@ -19,7 +19,7 @@ from stress.engine.invocation import LATENCY_BUCKETS
 
 _W, _H, _PAD = 640, 220, 44
 _TIME_BINS: int = 30  # stretches of the run in the rate-over-time plot, at most
-MIN_JOBS_PER_BIN: int = 20  # jobs per stretch at least: one failure in it is then <= 5%
+MIN_JOBS_PER_BIN: int = 10  # jobs per stretch at least: one failure in it is then <= 10%
 
 
 def _bars(title: str, labels: list[str], values: list[float], ylabel: str,
