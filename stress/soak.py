@@ -200,7 +200,7 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
     duration = opts.duration_s
     if duration is None and opts.invocations is None:
         duration = 20.0
-    argv = ["iree-stress", "soak", *opts.argv]
+    argv = recorded_command(opts.argv)
     if opts.seed is None:
         argv += ["--seed", str(seed)]
     config = SoakConfig(
@@ -232,6 +232,18 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
     with session.signals():
         session.run()
         return write_summary(run_dir)
+
+
+def recorded_command(args: list[str]) -> list[str]:
+    """The command line that reproduces this soak: `iree-stress SUBCOMMAND ARGS`, where the
+    subcommand is the one typed (gate, compare and bisect run soaks too: a gate run's rerun
+    is the gate) when `args` are this process's own arguments after it, else `soak`."""
+    typed = sys.argv[1:2] if sys.argv[2:] == list(args) and len(sys.argv) > 1 else []
+    sub = typed[0] if typed and typed[0] in _SOAKING_COMMANDS else "soak"
+    return ["iree-stress", sub, *args]
+
+
+_SOAKING_COMMANDS: frozenset[str] = frozenset({"soak", "gate", "compare", "bisect"})
 
 
 def write_summary(run_dir: Path) -> dict[str, Any]:
@@ -291,7 +303,7 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[s
     duration = opts.duration_s
     if duration is None and opts.invocations is None:
         duration = 20.0
-    argv = ["iree-stress", "soak", *opts.argv]
+    argv = recorded_command(opts.argv)
     if opts.seed is None:
         argv += ["--seed", str(seed)]
     target = exec_target(opts.target)
