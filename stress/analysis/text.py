@@ -25,7 +25,7 @@ def devices_text(s: dict[str, Any]) -> str:
 
 def jobs_text(s: dict[str, Any]) -> str:
     jobs, done = s["jobs"], s.get("jobs_finished", s["jobs"])
-    died = f" ({done:,} finished, {jobs - done:,} died with their process)" if jobs > done \
+    died = f" ({done:,} reported, {jobs - done:,} ended with their process)" if jobs > done \
         else ""
     return f"{jobs:,} jobs{died}"
 

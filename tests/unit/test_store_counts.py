@@ -96,7 +96,7 @@ def test_summary_json_and_the_report_show_the_store_counts(tmp_path: Path) -> No
     assert s["exposures"]["full_teardowns"]["by_pattern"] == \
         {e["pattern"]: e["full_teardowns"] for e in d["exposures"]}
     text = report.render_text(r)
-    assert "in 5 jobs" in text and "5 jobs (4 finished, 1 died with their process)" in text
+    assert "in 5 jobs" in text and "5 jobs (4 reported, 1 ended with their process)" in text
     total = next(line for line in text.splitlines() if line.strip().startswith("total"))
     assert total.split()[1:4] == ["5", "40", "3"]
 
