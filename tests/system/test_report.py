@@ -71,11 +71,15 @@ def test_soak_summary_lists_the_top_signatures(faulty_run: tuple[Path, dict[str,
 def test_text_and_markdown_reports_answer_first(faulty_run: tuple[Path, dict[str, Any]]) -> None:
     run, summary = faulty_run
     text = run_cli("report", str(run)).stdout
-    assert text.startswith("ANSWER") and "Failure signatures" in text
+    # what was tested (the header, issue 28), then the answer before anything else
+    assert text.startswith("iree-stress: ") and "\n\nANSWER\n\n" in text
+    assert text.index("rerun: iree-stress soak") < text.index("ANSWER") < \
+        text.index("Failure signatures")
     assert "HAL steps before" in text
     assert summary["signatures"][0]["id"] in text.split("Failure signatures")[0]
     md = run_cli("report", str(run), "--format", "markdown").stdout
-    assert md.startswith("# iree-stress report\n\n## Answer") and "| feature | in failures |" in md
+    assert md.startswith("# iree-stress report\n\n```text\niree-stress: ")
+    assert "```\n\n## Answer" in md and "| feature | in failures |" in md
 
 
 def test_a_known_signature_is_shown_apart_and_does_not_fail_the_report(
