@@ -153,6 +153,9 @@ def check_same_numbers(r: Rendered) -> None:
     assert (_n(props["jobs"]), _n(props["invocations"]), _n(props["process exits"])) == \
         (jobs, inv, exits)
     assert props["failures"] == failures
+    for problem in [*r.junit.iter("error"), *r.junit.iter("failure")]:  # never "1 in 0"
+        m = re.search(r"occurrences here: ([\d,]+) in ([\d,]+) job\(s\)", problem.text or "")
+        assert m and _n(m.group(2)) >= 1, problem.text
     # one headline, and it names the store's job count
     head = d["headline"]
     assert f"in {jobs:,} jobs" in head

@@ -68,3 +68,13 @@ def test_a_gate_runs_recorded_command_is_the_gate(monkeypatch: pytest.MonkeyPatc
                                                          "0.01"]
     # arguments that are not this process's own (repro builds its own): a soak
     assert recorded_command(["--seed", "4"])[:2] == ["iree-stress", "soak"]
+
+
+def test_version_names_the_runtime_and_the_compiler_a_soak_here_would_use() -> None:
+    from tests.conftest import run_cli
+
+    res = run_cli("--version")
+    lines = res.stdout.splitlines()
+    assert res.rc == 0 and lines[0].startswith("iree-stress 0.") and "Python 3." in lines[0]
+    assert lines[1].startswith("runtime: ") and lines[2].startswith("compiler: ")
+    assert "_runtime_libs" in lines[1] or "not installed" in lines[1]

@@ -117,6 +117,16 @@ def test_a_merged_store_counts_the_wall_clock_its_runs_cover(tmp_path: Path) -> 
     assert [r["duration_s"] for r in s["runs"]] == [10.0, 10.0, 10.0]
 
 
+def test_merge_writes_the_merged_folders_summary(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    shards = [write_run(tmp_path / "a", "a", 1000.0), write_run(tmp_path / "b", "b", 1005.0)]
+    res = run_cli("merge", *map(str, shards), "-o", str(tmp_path / "m"))
+    assert res.rc == 0, res.stderr
+    s = json.loads((tmp_path / "m" / "summary.json").read_text())
+    assert (s["jobs"], s["duration_s"]) == (10, 15.0) and len(s["runs"]) == 2
+
+
 def test_an_exec_run_says_its_devices_are_the_commands_own(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", engine="exec")
     s = summary.build(run)
