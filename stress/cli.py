@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from stress import __version__
 from stress.errors import UsageError
 from stress.options import (
     Duration,
@@ -61,8 +60,18 @@ def apply_engine(opts: Any, kw: dict[str, Any]) -> Any:
     return opts
 
 
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """--version: ours, and the runtime and compiler a soak here would use (versions.py)."""
+    if value and not ctx.resilient_parsing:
+        from stress.versions import describe
+
+        click.echo(describe())
+        ctx.exit()
+
+
 @click.group(context_settings=CONTEXT)
-@click.version_option(__version__, "-V", "--version")
+@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_show_version, help="Show the version, runtime and compiler, and exit.")
 def cli() -> None:
     """iree-stress: find, reproduce and pin down flakes in the IREE runtime.
 
@@ -291,9 +300,11 @@ def merge(run_dirs: tuple[Path, ...], output: Path) -> None:
     """Combine the run folders of many machines (the shards of one plan) into one run folder:
     one store holding every run, failure folders copied. Refuses runs of different plans,
     seeds, targets or stacks. `gate --from DIR` and `report DIR` read the result."""
+    from stress.soak import write_summary
     from stress.store.merge import merge as merge_runs
 
     m = merge_runs(list(run_dirs), output)
+    write_summary(output)  # the merged folder reads like any run folder (issue 28 item 3)
     click.echo(m.describe())
 
 

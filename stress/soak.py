@@ -201,7 +201,7 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
     duration = opts.duration_s
     if duration is None and opts.invocations is None:
         duration = 20.0
-    argv = ["iree-stress", "soak", *opts.argv]
+    argv = recorded_command(opts.argv)
     if opts.seed is None:
         argv += ["--seed", str(seed)]
     config = SoakConfig(
@@ -217,18 +217,39 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
         tool_version=__version__, engine=opts.engine, record=opts.record,
         max_jobs_per_worker=opts.max_jobs_per_worker, evidence_budget=opts.evidence_budget)
     runner = None
+    facts: dict[str, Any] = {}
     if native:
-        from stress.engine.native import ONE_PROCESS_SCALE, NativeRunner
+        from stress.engine.native import ONE_PROCESS_SCALE, NativeRunner, tool_facts
 
         config.job_scale = ONE_PROCESS_SCALE
         config.workers = opts.workers or os.cpu_count() or 2
-        runner = NativeRunner(native_tools(python), {p.name: p for p in programs},
+        tools = native_tools(python)
+        facts = tool_facts(tools)  # no worker says hello: the tools' own version file
+        runner = NativeRunner(tools, {p.name: p for p in programs},
                               artifact_paths, config.device_uri, run_dir, opts.record, opts.env)
     session = Session(config, run_id, run_dir, RunStore(run_dir), phases, runner=runner,
                       startup_failures=found.failures, observer=observer)
+    session.facts.update(facts)
     with session.signals():
         session.run()
-        return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})
+        return write_summary(run_dir)
+
+
+def recorded_command(args: list[str]) -> list[str]:
+    """The command line that reproduces this soak: `iree-stress SUBCOMMAND ARGS`, where the
+    subcommand is the one typed (gate, compare and bisect run soaks too: a gate run's rerun
+    is the gate) when `args` are this process's own arguments after it, else `soak`."""
+    typed = sys.argv[1:2] if sys.argv[2:] == list(args) and len(sys.argv) > 1 else []
+    sub = typed[0] if typed and typed[0] in _SOAKING_COMMANDS else "soak"
+    return ["iree-stress", sub, *args]
+
+
+_SOAKING_COMMANDS: frozenset[str] = frozenset({"soak", "gate", "compare", "bisect"})
+
+
+def write_summary(run_dir: Path) -> dict[str, Any]:
+    """summary.json of a run folder (a soak's, or one made by `merge`), with its signatures."""
+    return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})
 
 
 _GPU_TOOLS: tuple[tuple[str, str], ...] = (("nvidia-smi", "cuda"), ("amd-smi", "rocm"),
@@ -283,7 +304,7 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[s
     duration = opts.duration_s
     if duration is None and opts.invocations is None:
         duration = 20.0
-    argv = ["iree-stress", "soak", *opts.argv]
+    argv = recorded_command(opts.argv)
     if opts.seed is None:
         argv += ["--seed", str(seed)]
     target = exec_target(opts.target)
@@ -303,7 +324,7 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[s
                       runner=ExecRunner(command), observer=observer)
     with session.signals():
         session.run()
-        return summary_mod.write(run_dir, {"signatures": signature_summaries(run_dir)})
+        return write_summary(run_dir)
 
 
 def resolve_native_patterns(names: list[str]) -> list[str]:

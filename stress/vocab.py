@@ -34,3 +34,40 @@ def signal_name(returncode: int | None) -> str | None:
         return signal.Signals(-returncode).name
     except ValueError:
         return f"SIG{-returncode}"
+
+
+class Engine(str, enum.Enum):
+    """What runs a soak's jobs (docs/exec.md, docs/native.md)."""
+
+    PYTHON = "python"  # our workers: every device they create is counted
+    NATIVE = "native"  # iree-run-module / iree-benchmark-module: one device per tool process
+    EXEC = "exec"  # the user's own command: its devices are its own business
+
+    @classmethod
+    def of(cls, name: str | None) -> Engine:
+        try:
+            return cls(name or cls.PYTHON.value)
+        except ValueError:
+            return cls.PYTHON
+
+    @property
+    def knows_devices(self) -> bool:
+        """Whether we know the devices its jobs create (exec: we never see them)."""
+        return self is not Engine.EXEC
+
+    @property
+    def counts_releases(self) -> bool:
+        """Whether its jobs count their device releases (full teardowns, handle releases):
+        only our workers see them; a tool or a command releases its devices unseen."""
+        return self is Engine.PYTHON
+
+    @property
+    def journals(self) -> bool:
+        """Whether its threads journal their HAL steps (what other threads did is known)."""
+        return self is Engine.PYTHON
+
+    def process_exits(self) -> str:
+        """What a process exit of this engine is, in the summary's exposure line."""
+        return {Engine.PYTHON: "process exits after device use",
+                Engine.NATIVE: "tool process exits",
+                Engine.EXEC: "command process exits"}[self]

@@ -85,8 +85,10 @@ def _cluster(row: dict[str, Any]) -> Hashable:
 
 
 def process_exits(data: RunData) -> dict[ProcKey, dict[str, Any]]:
-    """Worker processes that ended, by (run, pid)."""
-    return {(w["run_id"], int(w["pid"])): w for w in data.workers if w.get("ended_at")}
+    """The process exits that are exposures (store/counts.py says which), by (run, pid)."""
+    return {k: w for w in data.workers if w.get("ended_at")
+            for k in [(w["run_id"], int(w["pid"]))]
+            if data.exit_keys is None or k in data.exit_keys}
 
 
 def job_rate(data: RunData, hit: set[JobKey], clusters: dict[JobKey, Hashable] | None = None,
@@ -102,6 +104,13 @@ def exit_rate(data: RunData, hit: set[ProcKey], where: set[ProcKey] | None = Non
     keys = set(exits) | hit if where is None else set(where)
     units = [Unit(k, int(k in hit)) for k in keys]
     return clustered_rate(units, "process exit")
+
+
+def failing_exits(data: RunData) -> Rate | None:
+    """Process exits hit by any failure pinned on an exit; None when none was."""
+    hit = {k for row in data.failures if exposure_of(row) is Exposure.PROCESS_EXIT
+           for k in [proc_key(row)] if k}
+    return exit_rate(data, hit) if hit else None
 
 
 def full_teardown_rate(data: RunData, hit: Counter[JobKey]) -> Rate:
@@ -122,42 +131,6 @@ def proc_key(row: dict[str, Any]) -> ProcKey | None:
 
 def job_key(row: dict[str, Any]) -> JobKey | None:
     return (row["run_id"], int(row["job_index"])) if row.get("job_index") is not None else None
-
-
-@dataclass(frozen=True)
-class ExposureCounts:
-    """What a run exposed the runtime to, per pattern (issue 17 item 1)."""
-
-    pattern: str
-    jobs: int
-    process_exits: int
-    exits_by_outcome: dict[str, int]
-    full_teardowns: int
-    handle_releases: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"pattern": self.pattern, "jobs": self.jobs, "process_exits": self.process_exits,
-                "exits_by_outcome": self.exits_by_outcome, "full_teardowns": self.full_teardowns,
-                "handle_releases": self.handle_releases}
-
-
-def exposure_counts(data: RunData) -> list[ExposureCounts]:
-    jobs: Counter[str] = Counter()
-    full: Counter[str] = Counter()
-    handles: Counter[str] = Counter()
-    for j in data.jobs:
-        p = j.get("pattern") or "?"
-        jobs[p] += 1
-        full[p] += int(j.get("full_teardowns") or 0)
-        handles[p] += int(j.get("handle_releases") or 0)
-    exits: Counter[str] = Counter()
-    outcomes: dict[str, Counter[str]] = defaultdict(Counter)
-    for w in process_exits(data).values():
-        p = w.get("pattern") or "mixed"
-        exits[p] += 1
-        outcomes[p][w.get("outcome") or w.get("end_reason") or "?"] += 1
-    return [ExposureCounts(p, jobs[p], exits[p], dict(outcomes[p]), full[p], handles[p])
-            for p in sorted(set(jobs) | set(exits))]
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,16 @@ from typing import Any
 
 from stress.analysis.report import Report
 from stress.analysis.signatures import message_key
+from stress.analysis.text import failure_counts
 
 _ERROR_CLASSES = {"crash", "hang", "teardown_hang", "error"}  # <error>; miscompare: <failure>
 
 
 def render(r: Report) -> str:
     cases: dict[tuple[str, str], dict[str, Any]] = defaultdict(
-        lambda: {"time": 0.0, "invocations": 0, "problems": []})
-    for j in r.data.jobs:
-        c = cases[(j["program"], j["pattern"])]
-        c["time"] += float(j["ended_at"]) - float(j["started_at"])
-        c["invocations"] += int(j["invocations"])
+        lambda: {"time": 0.0, "invocations": 0, "jobs": 0, "problems": []})
+    for key, cc in r.totals.cases.items():  # the store's counts (store/counts.py)
+        cases[key].update(time=cc.seconds, invocations=cc.invocations, jobs=cc.jobs)
     for s in r.signatures:
         per_case: dict[tuple[str, str], int] = defaultdict(int)
         for row in s.rows:
@@ -41,6 +40,13 @@ def render(r: Report) -> str:
     root = ET.Element("testsuites", name="iree-stress")
     suite = ET.SubElement(root, "testsuite", name="iree-stress soak",
                           hostname=socket.gethostname())
+    props = ET.SubElement(suite, "properties")  # what was tested (header.py)
+    t = r.totals
+    exits = t.process_exits
+    for name, value in [*r.header, ("jobs", f"{t.jobs}"), ("invocations", f"{t.invocations}"),
+                        ("process exits", f"{sum(exits.values())}"),
+                        ("failures", failure_counts(t.failures)), ("headline", r.headline())]:
+        ET.SubElement(props, "property", name=name, value=value)
     failures = errors = 0
     total_time = 0.0
     for (program, pattern), c in sorted(cases.items()):
@@ -58,7 +64,7 @@ def render(r: Report) -> str:
                                message=f"{s.id} [{status}]: {n} x {s.describe()}"[:1000])
             rate = f"\nrate: {s.rate.describe()}" if s.rate else ""
             el.text = (f"signature {s.id} ({status}): {s.describe()}\noccurrences here: {n} in "
-                       f"{c['invocations']} invocations{rate}\n"
+                       f"{c['jobs']:,} job(s), {c['invocations']:,} invocations{rate}\n"
                        f"evidence: {example or s.example or '-'}\n")
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(failures))

@@ -11,11 +11,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stress.analysis import correlation, exposure, factors, gpuidle, known, rundata, signatures
+from stress.analysis import (
+    correlation,
+    exposure,
+    factors,
+    gpuidle,
+    header,
+    known,
+    rundata,
+    signatures,
+)
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import Rate, fmt_rate
-from stress.analysis.text import summary_table
+from stress.analysis.text import PATTERN_HEAD, failure_counts, pattern_rows, run_lines
+from stress.store import counts
 from stress.store import summary as summary_mod
+from stress.vocab import Engine
 
 CORRELATED_SIGNATURES: int = 8  # signatures that get a correlation table
 FIRST_SCREEN: int = 6  # findings on the first screen; the rest are in the tables below
@@ -67,6 +78,12 @@ class Finding:
     def others(self) -> str:
         return self.correlation.verdict() if self.correlation else "not correlated"
 
+    @property
+    def others_tested(self) -> bool:
+        """Whether the other threads were compared at all (else the row says nothing)."""
+        return self.correlation is not None and bool(self.correlation.tested
+                                                     or self.correlation.standing_out)
+
     def status(self) -> str:
         return "KNOWN" if self.is_known else "NEW"
 
@@ -81,8 +98,9 @@ class Finding:
         label = "message" if s.cls in ("error", "miscompare") else "last output" \
             if s.key.message and not s.frames and s.cls != gpuidle.CLASS else "frames"
         out = [(label, self.frames()),
-               ("how often", self.how_often()), ("where", self.where()),
-               ("other threads", self.others())]
+               ("how often", self.how_often()), ("where", self.where())]
+        if self.others_tested:
+            out.append(("other threads", self.others()))
         if self.is_known:
             out.append(("known as", self.known_as()))
         out.append(("evidence", self.signature.example or "-"))
@@ -103,7 +121,8 @@ class Finding:
                 "known": s.known.as_dict() if s.known else None, "what": self.what(),
                 "frames": self.frames(), "how_often": self.how_often(),
                 "rate": s.rate.as_dict() if s.rate else None, "where": self.where(),
-                "other_threads": self.others(), "evidence": s.example,
+                "other_threads": self.others() if self.others_tested else None,
+                "evidence": s.example,
                 "sampled": {"full": s.evidence_full, "counted": s.evidence_counted}}
 
 
@@ -114,12 +133,26 @@ class Report:
     signatures: list[Signature]
     correlations: list[correlation.SignatureCorrelation]
     factors: factors.FactorTable
-    exposures: list[exposure.ExposureCounts]
     exit_paths: exposure.ExitPathAblation | None
     overall: Rate  # jobs hit by any failure, per job
     known_file: str | None = None
     overall_exits: Rate | None = None  # process exits that failed, when any did
     busy_idle: list[gpuidle.BusyIdle] | None = None  # GPU busy with nothing in flight
+
+    @property
+    def totals(self) -> counts.Counts:
+        """Every count shown (store/counts.py): the same numbers as summary.json's."""
+        return self.data.totals
+
+    @property
+    def header(self) -> list[tuple[str, str]]:
+        """What was tested (header.py), from the runs' own manifests."""
+        return header.rows([{**r["manifest"], "config": r["config"]} for r in self.data.runs],
+                           [str(r.get("command") or "") for r in self.data.runs])
+
+    def untested_correlations(self) -> list[correlation.SignatureCorrelation]:
+        """Signatures whose other threads could not be compared (said once, not per row)."""
+        return [c for c in self.correlations if not c.tested and not c.standing_out]
 
     @property
     def findings(self) -> list[Finding]:
@@ -137,34 +170,41 @@ class Report:
         return [s for s in self.signatures if s.known is not None]
 
     def headline(self) -> str:
-        jobs = self.overall.units
-        inv = self.data.invocations
-        runs = len(self.data.runs)  # a merged folder holds several runs in one store
+        """The answer's first line: the worst rate first (failing process exits, when any
+        fail, before failing jobs), then what failed in how much."""
+        t = self.totals
+        runs = f"{t.runs} run(s)"  # a merged folder holds several runs in one store
         if not self.signatures:
-            return (f"No failures in {jobs:,} jobs ({inv:,} invocations, {runs} run(s)); "
+            return (f"No failures in {t.jobs:,} jobs ({t.invocations:,} invocations, {runs}); "
                     f"failing jobs at most {fmt_rate(self.overall.high)} "
                     f"({self.overall.confidence:.0%} upper bound).")
+        jobs = (f"{self.overall.failures:,}/{self.overall.units:,} = "
+                f"{fmt_rate(self.overall.rate)} [{fmt_rate(self.overall.low)}, "
+                f"{fmt_rate(self.overall.high)}] ({self.overall.confidence:.0%}, clustered by "
+                f"worker process)")
+        modes = (f"{len(self.signatures)} failure mode(s): {len(self.new_signatures)} new, "
+                 f"{len(self.known_signatures)} known")
         exits = self.overall_exits
-        at_exit = "" if exits is None else (
-            f" Process exits failing: {exits.failures}/{exits.units} = {fmt_rate(exits.rate)} "
-            f"[{fmt_rate(exits.low)}, {fmt_rate(exits.high)}].")
-        return (f"{len(self.signatures)} failure mode(s): {len(self.new_signatures)} new, "
-                f"{len(self.known_signatures)} known, in {jobs:,} jobs ({inv:,} invocations, "
-                f"{runs} run(s)). Jobs failing: {fmt_rate(self.overall.rate)} "
-                f"[{fmt_rate(self.overall.low)}, {fmt_rate(self.overall.high)}] "
-                f"({self.overall.confidence:.0%}, clustered by worker process).{at_exit}")
+        if exits is None or not exits.failures:
+            return (f"Jobs failing: {jobs}. {modes}, in {t.jobs:,} jobs "
+                    f"({t.invocations:,} invocations, {runs}).")
+        return (f"Process exits failing: {exits.failures:,}/{exits.units:,} = "
+                f"{fmt_rate(exits.rate)} [{fmt_rate(exits.low)}, {fmt_rate(exits.high)}] "
+                f"({exits.confidence:.0%}). Jobs failing: {jobs}. {modes}, in {t.jobs:,} jobs "
+                f"and {exits.units:,} process exits ({t.invocations:,} invocations, {runs}).")
 
     def as_dict(self) -> dict[str, Any]:
-        fails: dict[str, int] = {}
-        for s in self.summaries:
-            for k, v in s["failures"].items():
-                fails[k] = fails.get(k, 0) + v
-        return {"headline": self.headline(),
+        t = self.totals
+        return {"header": header.as_dict(self.header), "headline": self.headline(),
                 "first_screen": [f.as_dict() for f in self.findings[:FIRST_SCREEN]],
+                "other_threads_untested": untested_line(self) or None,
                 "runs": [{k: v for k, v in s.items() if k != "manifest"}
                          for s in self.summaries],
-                "invocations": self.data.invocations, "jobs": self.overall.units,
-                "failures": fails, "failing_jobs": self.overall.as_dict(),
+                "invocations": t.invocations, "jobs": t.jobs,
+                "jobs_finished": t.jobs_finished, "worker_processes": t.worker_processes,
+                "devices_created": t.devices_created if t.knows_devices else None,
+                "duration_s": round(t.duration_s, 3), "failures": dict(t.failures),
+                "failing_jobs": self.overall.as_dict(),
                 "failing_exits": self.overall_exits.as_dict() if self.overall_exits else None,
                 "known_file": self.known_file,
                 "new_signatures": [s.id for s in self.new_signatures],
@@ -172,15 +212,26 @@ class Report:
                 "signatures": [s.as_dict() for s in self.signatures],
                 "correlation": [c.as_dict() for c in self.correlations],
                 "factors": self.factors.as_dict(),
-                "exposures": [e.as_dict() for e in self.exposures],
+                "exposures": [exposure_dict(p) for p in self.patterns],
+                "exposure_totals": t.exposures(),
                 "exit_paths": self.exit_paths.as_dict() if self.exit_paths else None,
                 "healthy_windows": self.healthy_windows,
                 "telemetry": telemetry_summary(self.data),
                 "busy_idle": [b.as_dict() for b in self.busy_idle or []]}
 
     @property
+    def patterns(self) -> list[counts.PatternCounts]:
+        return sorted(self.totals.patterns.values(), key=lambda p: p.pattern)
+
+    @property
     def healthy_windows(self) -> int:
         return sum(1 for w in self.data.windows if w.get("kind") == "healthy")
+
+
+def exposure_dict(p: counts.PatternCounts) -> dict[str, Any]:
+    return {"pattern": p.pattern, "jobs": p.jobs, "invocations": p.invocations,
+            "process_exits": p.process_exits, "exits_by_outcome": dict(sorted(p.exits.items())),
+            "full_teardowns": p.full_teardowns, "handle_releases": p.handle_releases}
 
 
 def build(dirs: list[Path], known_paths: Sequence[Path] = ()) -> Report:
@@ -195,18 +246,15 @@ def build(dirs: list[Path], known_paths: Sequence[Path] = ()) -> Report:
     corr = correlation.correlate_all(data, sigs[:CORRELATED_SIGNATURES])
     any_failed = set().union(*(s.jobs for s in sigs)) if sigs else set()
     overall = exposure.job_rate(data, any_failed)
-    exits_hit = {k for row in data.failures
-                 if exposure.exposure_of(row) is exposure.Exposure.PROCESS_EXIT
-                 for k in [exposure.proc_key(row)] if k}
     factor_table = factors.factor_rates(data, sigs)
     busy = gpuidle.detect_run(data)  # the time line's findings: signatures with no job
     idle_sigs = gpuidle.signatures(busy)
     for s in idle_sigs:
         s.known = kf.lookup_signature(s)
     return Report(data, summaries, sigs + idle_sigs, corr, factor_table,
-                  exposure.exposure_counts(data), exposure.exit_paths(data), overall,
+                  exposure.exit_paths(data), overall,
                   ", ".join(str(p) for p in known_paths) or None,
-                  exposure.exit_rate(data, exits_hit) if exits_hit else None, busy)
+                  exposure.failing_exits(data), busy)
 
 
 def telemetry_summary(data: rundata.RunData) -> list[dict[str, Any]]:
@@ -259,12 +307,25 @@ def first_screen(r: Report, markdown: bool) -> str:
     more = len(r.signatures) - FIRST_SCREEN
     if more > 0:
         lines.append(f"... and {more} more signature(s) in the table below.")
+    untested = untested_line(r)
+    if untested:
+        lines.append(untested)
     return "\n".join(lines).rstrip()
 
 
+def untested_line(r: Report) -> str:
+    """One sentence for every signature whose other threads could not be compared."""
+    cs = r.untested_correlations()
+    if not cs or not any(Engine.of(e).journals for e in r.totals.engines):
+        return ""  # (a tool or command journals no steps: there is nothing to compare)
+    steps = ", ".join(dict.fromkeys(c.aligned_at or "begin:" + c.step for c in cs))
+    return (f"Other threads: cannot tell for {', '.join(c.signature for c in cs)} (no healthy "
+            f"journal window to compare with at {steps}).")
+
+
 def render_text(r: Report) -> str:
-    out = [first_screen(r, markdown=False)]
-    out += [summary_table(s) for s in r.summaries]
+    out = [header.text(r.header), first_screen(r, markdown=False)]
+    out += ["\n".join(run_lines(s)) for s in r.summaries]
     out.append(_signature_lines(r, markdown=False))
     out.append(_correlation_lines(r, markdown=False))
     out.append(_factor_lines(r, markdown=False))
@@ -273,14 +334,17 @@ def render_text(r: Report) -> str:
 
 
 def render_markdown(r: Report) -> str:
-    out = ["# iree-stress report", "", first_screen(r, markdown=True), ""]
+    out = ["# iree-stress report", "", header.text(r.header, markdown=True), "",
+           first_screen(r, markdown=True), ""]
     for s in r.summaries:
         out.append(f"## Run `{s['run_id']}` (seed {s['seed']}, {s['status']})")
-        out.append(f"{s['invocations']:,} invocations in {s['duration_s']:.1f} s; failures: "
-                   + ", ".join(f"{k} {v}" for k, v in s["failures"].items()))
+        out.append(f"{s['jobs']:,} jobs, {s['invocations']:,} invocations in "
+                   f"{s['duration_s']:.1f} s; failures: {failure_counts(s['failures'])}")
         out.append("")
-    out += [_signature_lines(r, markdown=True), "", _correlation_lines(r, markdown=True), "",
-            _factor_lines(r, markdown=True), "", _exposure_lines(r, markdown=True)]
+    for part in (_signature_lines(r, markdown=True), _correlation_lines(r, markdown=True),
+                 _factor_lines(r, markdown=True), _exposure_lines(r, markdown=True)):
+        if part:
+            out += [part, ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -302,8 +366,8 @@ SIGNATURE_HEAD: tuple[str, ...] = ("id", "status", "count", "hit", "rate", "95% 
 
 
 def _signature_lines(r: Report, markdown: bool) -> str:
-    if not r.signatures:
-        return "No failure signatures." if markdown else "  no failure signatures"
+    if not r.signatures:  # the headline said so
+        return ""
     return _table("Failure signatures (rate per exposure, 95% CI clustered by process)",
                   SIGNATURE_HEAD, signature_rows(r), markdown)
 
@@ -321,6 +385,8 @@ CORRELATION_HEAD: tuple[str, ...] = ("feature", "in failures", "in healthy", "li
 def _correlation_lines(r: Report, markdown: bool) -> str:
     parts = []
     for c in r.correlations:
+        if not c.tested and not c.standing_out:  # said once, on the first screen
+            continue
         title = f"HAL steps before {c.signature} (aligned at {c.aligned_at}): {c.verdict()}" \
             + (f" [{c.note}]" if c.note else "")
         parts.append(_table(title, CORRELATION_HEAD, correlation_rows(c), markdown))
@@ -343,19 +409,25 @@ FACTOR_HEAD: tuple[str, ...] = ("factor", "value", "failed jobs", "rate", "95% C
 
 
 def _factor_lines(r: Report, markdown: bool) -> str:
+    if not any(f.rate.failures for f in r.factors.rows):  # no failing job: rows of zeros
+        return ""
     t = _table("Failing jobs by factor (per job, clustered by process)", FACTOR_HEAD,
                factor_rows(r), markdown)
     return t + ("\n\n" if markdown else "\n  ") + r.factors.note if r.factors.note else t
 
 
 def exposure_rows(r: Report) -> list[tuple[str, ...]]:
-    return [(e.pattern, f"{e.jobs:,}", f"{e.process_exits:,}",
-             ", ".join(f"{k} {v}" for k, v in sorted(e.exits_by_outcome.items())),
-             f"{e.full_teardowns:,}", f"{e.handle_releases:,}") for e in r.exposures]
+    """Per pattern with the total below (the rows add up to it): the summary's own rows."""
+    return pattern_rows(r.summaries[0]) if len(r.summaries) == 1 else \
+        pattern_rows(counts_summary(r.totals))
 
 
-EXPOSURE_HEAD: tuple[str, ...] = ("pattern", "jobs", "process exits", "exits by outcome",
-                                  "full teardowns", "handle releases")
+def counts_summary(t: counts.Counts) -> dict[str, Any]:
+    """The counts of several stores together, shaped like summary.json (for its tables)."""
+    return {**t.as_dict(), "run_id": "+", "status": "", "results_dir": ""}
+
+
+EXPOSURE_HEAD: tuple[str, ...] = PATTERN_HEAD
 
 
 def exit_path_rows(r: Report) -> list[tuple[str, ...]]:
@@ -373,7 +445,11 @@ EXIT_PATH_HEAD: tuple[str, ...] = ("exit path", "exits", "teardown failures", "p
 
 
 def _exposure_lines(r: Report, markdown: bool) -> str:
-    parts = [_table("Exposures", EXPOSURE_HEAD, exposure_rows(r), markdown)]
+    parts = []
+    if len(r.summaries) > 1:  # each run's table is under its run line
+        parts.append(_table("Exposures, all runs", EXPOSURE_HEAD, exposure_rows(r), markdown))
+    elif markdown:
+        parts.append(_table("Exposures", EXPOSURE_HEAD, exposure_rows(r), markdown))
     if r.exit_paths is not None:
         parts.append(_table(f"Exit paths: {r.exit_paths.verdict()}", EXIT_PATH_HEAD,
                             exit_path_rows(r), markdown))

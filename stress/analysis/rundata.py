@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.errors import UsageError
+from stress.store import counts as store_counts
 from stress.store.db import DB_NAME, connect
 
 
@@ -23,10 +24,16 @@ class RunData:
     workers: list[dict[str, Any]] = field(default_factory=list)
     telemetry: list[dict[str, Any]] = field(default_factory=list)  # GPU time line (m005)
     marks: list[dict[str, Any]] = field(default_factory=list)  # phase marks on it
+    # the store's counts (store/counts.py), the one source of every number a report shows
+    totals: store_counts.Counts = field(default_factory=store_counts.Counts)
+    # the process exits that are exposures; None (rows not read from a store): every ended one
+    exit_keys: set[tuple[str, int]] | None = None
 
     @property
     def invocations(self) -> int:
-        return sum(int(j["invocations"]) for j in self.jobs)
+        if self.totals.runs:  # read from stores
+            return self.totals.invocations
+        return sum(int(j["invocations"]) for j in self.jobs)  # rows made by hand (tests)
 
     @property
     def trials(self) -> int:
@@ -99,6 +106,9 @@ def load(dirs: list[Path]) -> RunData:
                     f["device"] = device.get((f["run_id"], f.get("pid")))
             data.telemetry += _rows(db, "SELECT * FROM telemetry ORDER BY t")
             data.marks += _rows(db, "SELECT * FROM timeline_marks ORDER BY t")
+            ids = [r[0] for r in db.execute("SELECT run_id FROM runs ORDER BY started_at")]
+            data.totals.add(store_counts.of_store(db, ids))
+            data.exit_keys = (data.exit_keys or set()) | store_counts.exit_keys(db, ids)
         finally:
             db.close()
     return data

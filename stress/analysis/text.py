@@ -1,36 +1,117 @@
-"""The final summary table printed after a soak."""
+"""The summary printed after a soak (and under the answer of a text report): what was tested,
+then one table of the run's counts per pattern with its total, the failures, the verdict.
+Every number comes from summary.json, which store/counts.py makes from the store."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from stress.analysis import header
 from stress.analysis.stats import fmt_rate
-from stress.vocab import ALL_CLASSES
+from stress.vocab import ALL_CLASSES, Engine
+
+_EXIT_OUTCOMES: tuple[str, ...] = ("clean", "crash", "hang", "error")
+
+
+def failure_counts(failures: dict[str, int]) -> str:
+    """`crash 3, error 12`, classes that occurred only; `none` for a clean run."""
+    return ", ".join(f"{c} {failures[c]:,}" for c in ALL_CLASSES if failures.get(c)) or "none"
+
+
+def devices_text(s: dict[str, Any]) -> str:
+    n = s.get("devices_created")
+    return "devices: the command's own" if n is None else f"{n:,} devices created"
+
+
+def jobs_text(s: dict[str, Any]) -> str:
+    jobs, done = s["jobs"], s.get("jobs_finished", s["jobs"])
+    died = f" ({done:,} reported, {jobs - done:,} ended with their process)" if jobs > done \
+        else ""
+    return f"{jobs:,} jobs{died}"
+
+
+def pattern_rows(s: dict[str, Any]) -> list[tuple[str, ...]]:
+    """(pattern, jobs, invocations, process exits, exits by outcome, full teardowns, handle
+    releases) per pattern, then the total: the rows add up to it."""
+    ex = s.get("exposures") or {}
+    known = "process_exits" in ex
+    releases = known and all(Engine.of(e).counts_releases
+                             for e in (s.get("engine") or "python").split("+"))
+    exits = ex.get("process_exits", {}).get("by_pattern", {})
+    full = ex.get("full_teardowns", {}).get("by_pattern", {})
+    handle = ex.get("handle_releases", {}).get("by_pattern", {})
+    jobs = s.get("jobs_by_pattern", {})
+    names = sorted(set(s["patterns"]) | set(jobs) | set(exits) | set(full))
+    rows: list[tuple[str, ...]] = []
+
+    def outcomes(d: dict[str, Any]) -> str:
+        return ", ".join(f"{k} {d[k]:,}" for k in _EXIT_OUTCOMES if d.get(k))
+
+    def num(v: Any, counted: bool = True) -> str:
+        return f"{v:,}" if known and counted else "?" if counted else "-"
+
+    for p in names:
+        e = exits.get(p, {})
+        rows.append((p, f"{jobs.get(p, 0):,}", f"{s['patterns'].get(p, 0):,}",
+                     num(e.get("total", 0)), outcomes(e), num(full.get(p, 0), releases),
+                     num(handle.get(p, 0), releases)))
+    tot = ex.get("process_exits", {})
+    rows.append(("total", f"{s['jobs']:,}", f"{s['invocations']:,}", num(tot.get("total", 0)),
+                 outcomes(tot), num(ex.get("full_teardowns", {}).get("total", 0), releases),
+                 num(ex.get("handle_releases", {}).get("total", 0), releases)))
+    return rows
+
+
+PATTERN_HEAD: tuple[str, ...] = ("pattern", "jobs", "invocations", "process exits",
+                                 "exits by outcome", "full teardowns", "handle releases")
+
+
+def table(head: tuple[str, ...], rows: list[tuple[str, ...]], indent: str = "  ") -> str:
+    """Columns as wide as their widest cell; numbers right-aligned."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(head)]
+    numeric = [all(c.replace(",", "").replace("?", "0").isdigit() for c in
+                   (r[i] for r in rows) if c) for i in range(len(head))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return indent + "  ".join(c.rjust(w) if n else c.ljust(w)
+                                  for c, w, n in zip(cells, widths, numeric, strict=True)
+                                  ).rstrip()
+    return "\n".join([line(head), *(line(r) for r in rows)])
+
+
+def run_lines(s: dict[str, Any]) -> list[str]:
+    """The run's status and counts (without the header)."""
+    engine = Engine.of((s.get("engine") or "python").split("+")[0])
+    ex = s.get("exposures") or {}
+    pe = ex.get("process_exits")
+    lines = [f"run {s['run_id']}  {s['status']} ({s.get('stop_reason') or ''})",
+             f"  results   {s['results_dir']}",
+             f"  {jobs_text(s)}, {s['invocations']:,} invocations in {s['duration_s']:.1f} s "
+             f"({s['invocations_per_s']:,.0f}/s), {s['worker_processes']:,} worker processes,"
+             f" {devices_text(s)}"]
+    for r in s.get("runs") or []:  # a merged folder: each run's own
+        shard = r.get("shard")
+        where = f" shard {shard[0] + 1}/{shard[1]}" if shard and shard[1] > 1 else ""
+        lines.append(f"    {r['run_id']}{where}: {r['status']}, {r['jobs']:,} jobs, "
+                     f"{r['invocations']:,} invocations in {r.get('duration_s', 0):.1f} s")
+    lines += ["", table(PATTERN_HEAD, pattern_rows(s))]
+    if pe:
+        releases = (f"; full teardowns {ex['full_teardowns']['per_s']:g}/s; handle-only "
+                    f"releases {ex['handle_releases']['per_s']:g}/s"
+                    if engine.counts_releases else
+                    "; device releases: not seen (the tool's or command's own)")
+        lines.append(f"  {engine.process_exits()}: {pe['total']:,} ({pe['per_s']:g}/s)"
+                     f"{releases}")
+    if s["failed"]:
+        lines += ["", f"  failures  {failure_counts(s['failures'])}"]
+    return lines
 
 
 def summary_table(s: dict[str, Any]) -> str:
-    lines = [f"run {s['run_id']}  seed {s['seed']}  {s['status']} ({s.get('stop_reason') or ''})",
-             f"  results   {s['results_dir']}",
-             f"  invocations {s['invocations']:,} in {s['duration_s']:.1f} s "
-             f"({s['invocations_per_s']:,.0f}/s), {s['jobs']:,} jobs, "
-             f"{s['worker_processes']} worker processes, {s['devices_created']:,} devices created",
-             "", f"  {'pattern':<16} {'invocations':>12}"]
-    for pattern, n in s["patterns"].items():
-        lines.append(f"  {pattern:<16} {n:>12,}")
-    ex = s.get("exposures") or {}
-    if ex.get("process_exits"):
-        exits, full, handle = ex["process_exits"], ex["full_teardowns"], ex["handle_releases"]
-        outcomes = ", ".join(f"{k} {exits[k]:,}" for k in ("clean", "crash", "hang", "error")
-                             if exits.get(k))
-        lines += ["", "  exposures (where teardown failures live)",
-                  f"  process exits after device use {exits['total']:>8,}  "
-                  f"({exits['per_s']:g}/s{'; ' + outcomes if outcomes else ''})",
-                  f"  full teardowns                 {full['total']:>8,}  ({full['per_s']:g}/s)",
-                  f"  handle-only releases           {handle['total']:>8,}  "
-                  f"({handle['per_s']:g}/s)"]
-    lines += ["", f"  {'failure class':<16} {'count':>12}"]
-    for c in ALL_CLASSES:
-        lines.append(f"  {c:<16} {s['failures'].get(c, 0):>12,}")
+    """The terminal summary of one run (summary.json): header, counts, failures, verdict."""
+    head = header.rows([s.get("manifest") or {}], [s.get("command") or ""])
+    lines = [header.text(head), "", *run_lines(s)]
     details = s.get("failures_detail", [])
     if details:
         lines += ["", "  first failures:"]
@@ -50,6 +131,5 @@ def summary_table(s: dict[str, Any]) -> str:
                 f"[{fmt_rate(g['ci_low'])}, {fmt_rate(g['ci_high'])}]  "
             lines.append(f"    {g['id']}  {g['count']:>5} x  {rate}{g['description']}  "
                          f"({', '.join(g['patterns'])})")
-    verdict = "FAILURES FOUND" if s["failed"] else "no failures"
-    lines += ["", f"  {verdict}"]
+    lines += ["", "  FAILURES FOUND" if s["failed"] else "  no failures"]
     return "\n".join(lines)

@@ -70,4 +70,6 @@ class SoakConfig:
             "done_regex": self.done_regex, "record": self.record,
             "max_jobs_per_worker": self.max_jobs_per_worker,
             "evidence_budget": self.evidence_budget,
+            # checked only against their own first result (no numpy reference): reports say so
+            "repeatability_only": [p.name for p in self.programs if not p.has_reference],
         }

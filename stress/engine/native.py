@@ -72,6 +72,26 @@ class NativeTools:
         return os.access(self.path(key), os.X_OK)
 
 
+_VERSION_LINE = re.compile(r'^(VERSION|REVISIONS)\s*=\s*(.+)$', re.M)
+
+
+def tool_facts(tools: NativeTools) -> dict[str, Any]:
+    """The runtime the tools were built from, for the run's manifest: the version file beside
+    them in a wheel's `_runtime_libs` (read, not imported), and their folder."""
+    facts: dict[str, Any] = {"iree_runtime_path": str(tools.folder)}
+    try:
+        text = (tools.folder / "version.py").read_text()
+    except OSError:
+        return facts
+    for key, value in _VERSION_LINE.findall(text):
+        try:
+            parsed = json.loads(value.strip())
+        except ValueError:
+            continue
+        facts["iree_runtime" if key == "VERSION" else "iree_revisions"] = parsed
+    return facts
+
+
 def _is_elf(path: Path) -> bool:
     try:
         with open(path, "rb") as f:
@@ -242,6 +262,8 @@ class NativeJudge:
         res = JobResult()
         raw = self._take_output()
         done = self.output is None and rc == 0 or raw is not None
+        if done:  # it ran the function, on the one device it created
+            res.devices_created = 1
         if raw is not None:
             res.invocations = 1
             why = self._check(raw)

@@ -44,7 +44,7 @@ from typing import Any
 
 from stress.analysis import known as known_mod
 from stress.analysis import rundata, signatures
-from stress.analysis.exposure import job_clusters, job_key
+from stress.analysis.exposure import failing_exits, job_clusters, job_key
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import (
     BernoulliSprt,
@@ -245,6 +245,7 @@ class GateResult:
     runs: list[dict[str, Any]] = field(default_factory=list)
     dirs: list[Path] = field(default_factory=list)
     job_patterns: dict[tuple[str, int], str] = field(default_factory=dict)
+    exits: Rate | None = None  # process exits hit by a failure pinned on an exit, when any
 
     def as_dict(self) -> dict[str, Any]:
         """The `--json` object (keys named by the issue, then details)."""
@@ -261,6 +262,7 @@ class GateResult:
                 "design": {"test": "Wald SPRT, log LR / design effect", "p0": self.spec.p0,
                            "p1": self.spec.max_rate, **self.sprt},
                 "rate_detail": self.rate.as_dict(),
+                "failing_exits": self.exits.as_dict() if self.exits else None,
                 "runs": [{k: r.get(k) for k in ("run_id", "status", "stop_reason", "dir")}
                          for r in self.runs],
                 "exit_code": self.verdict.exit_code}
@@ -355,11 +357,14 @@ def evaluate(dirs: Sequence[Path], spec: GateSpec, budget_ended: bool = False) -
         verdict, reason = Verdict.INCONCLUSIVE, (
             f"{why} before the test decided: {rate.describe()}; needs about "
             f"{jobs_to_pass(spec):,} clean jobs to pass at this bound")
+    exits = failing_exits(data)
+    if exits is not None and exits.failures:  # the worst thing first (issue 24 item 5)
+        reason = f"process exits failing {exits.describe()}; {reason}"
     patterns = {(f["run_id"], int(f["job_index"])): str(f["pattern"]) for f in data.failures
                 if f.get("job_index") is not None and f.get("pattern")}
     patterns.update({(j["run_id"], int(j["job_index"])): str(j["pattern"]) for j in data.jobs})
     return GateResult(verdict, reason, spec, rate, sprt.state(), data.invocations, failures,
-                      new, known, seen, expected, data.runs, list(dirs), patterns)
+                      new, known, seen, expected, data.runs, list(dirs), patterns, exits)
 
 
 def jobs_to_pass(spec: GateSpec) -> int:

@@ -22,8 +22,20 @@ def _rate_text(g: GateResult) -> str:
             f"{fmt_rate(r.high)}] ({r.confidence:.0%}, clustered by worker process)")
 
 
+def _exit_text(g: GateResult) -> str:
+    """Failing process exits with their interval, when any failed (each exit its own cluster);
+    said before failing jobs: a run whose jobs all pass can still fail at every exit."""
+    r = g.exits
+    if r is None or not r.failures:
+        return ""
+    return (f"{r.failures}/{r.units} process exits = {fmt_rate(r.rate)} [{fmt_rate(r.low)}, "
+            f"{fmt_rate(r.high)}] ({r.confidence:.0%})")
+
+
 def render_text(g: GateResult) -> str:
+    exits = _exit_text(g)
     lines = [f"GATE {g.verdict.value}: {g.reason}",
+             *([f"  failing exits {exits}"] if exits else []),
              f"  failing jobs  {_rate_text(g)}; bound {fmt_rate(g.spec.max_rate)}",
              f"  test          Wald SPRT p0 {fmt_rate(g.spec.p0)} vs p1 "
              f"{fmt_rate(g.spec.max_rate)}, errors <= {g.spec.error_rate:.0%} each; "
@@ -45,9 +57,12 @@ def _md_cell(text: str) -> str:
 
 def render_markdown(g: GateResult) -> str:
     """The step summary: verdict, rate with interval, top signatures, where the evidence is."""
+    exits = _exit_text(g)
     out = [f"## iree-stress gate: {_ICON[g.verdict]} {g.verdict.value}", "",
+           *([f"**Process exits failing: {_md_cell(exits)}**", ""] if exits else []),
            _md_cell(g.reason), "",
            "| | |", "|---|---|",
+           *([f"| failing process exits | {_md_cell(exits)} |"] if exits else []),
            f"| failing jobs | {_md_cell(_rate_text(g))} |",
            f"| bound | {fmt_rate(g.spec.max_rate)} (PASS below it, FAIL not below "
            f"{fmt_rate(g.spec.p0)}; errors <= {g.spec.error_rate:.0%}) |",

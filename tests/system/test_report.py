@@ -71,11 +71,15 @@ def test_soak_summary_lists_the_top_signatures(faulty_run: tuple[Path, dict[str,
 def test_text_and_markdown_reports_answer_first(faulty_run: tuple[Path, dict[str, Any]]) -> None:
     run, summary = faulty_run
     text = run_cli("report", str(run)).stdout
-    assert text.startswith("ANSWER") and "Failure signatures" in text
+    # what was tested (the header, issue 28), then the answer before anything else
+    assert text.startswith("iree-stress: ") and "\n\nANSWER\n\n" in text
+    assert text.index("rerun: iree-stress soak") < text.index("ANSWER") < \
+        text.index("Failure signatures")
     assert "HAL steps before" in text
     assert summary["signatures"][0]["id"] in text.split("Failure signatures")[0]
     md = run_cli("report", str(run), "--format", "markdown").stdout
-    assert md.startswith("# iree-stress report\n\n## Answer") and "| feature | in failures |" in md
+    assert md.startswith("# iree-stress report\n\n```text\niree-stress: ")
+    assert "```\n\n## Answer" in md and "| feature | in failures |" in md
 
 
 def test_a_known_signature_is_shown_apart_and_does_not_fail_the_report(
@@ -95,38 +99,98 @@ def test_a_known_signature_is_shown_apart_and_does_not_fail_the_report(
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def _open(html_file: Path, errors: list[str], requests: list[str]) -> Any:
+    """(playwright, browser, page) with html_file loaded; console errors and every request
+    recorded."""
+    from playwright.sync_api import sync_playwright
+
+    p = sync_playwright().start()
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(html_file.as_uri())
+    return p, browser, page
+
+
 @pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (.ci/run installs it)")
 def test_html_report_opens_in_a_headless_browser_and_shows_its_plots(
         faulty_run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+    """Also issue 28 item 9: the header says what was tested, plots name their axes with
+    units, the rate over time is a share of jobs with intervals, evidence folders are links,
+    q / lift / design effect are explained where they appear."""
     run, _ = faulty_run
     out = tmp_path / "report.html"
     assert run_cli("report", str(run), "--format", "html", "-o", str(out)).rc == 1
     errors: list[str] = []
     requests: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        page = browser.new_page()
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("request", lambda r: requests.append(r.url))
-        page.goto(out.as_uri())
+    p, browser, page = _open(out, errors, requests)
+    try:
         assert page.locator("#answer li").count() >= 2
+        assert "rerun: iree-stress soak" in page.locator("#header").inner_text()
         plots = page.locator("svg.plot")
         assert plots.count() == 4
         for i in range(4):
             box = plots.nth(i).bounding_box()
             assert box and box["width"] > 300 and box["height"] > 150
+            for axis in ("y", "x"):
+                label = plots.nth(i).locator(f"text.axis.{axis}")
+                assert label.count() == 1 and (label.text_content() or "").strip()
+                assert (label.bounding_box() or {}).get("width", 0) > 10  # drawn, readable
         bars = page.locator("svg.plot rect.bar")
         heights = [float(bars.nth(i).get_attribute("height") or 0) for i in range(bars.count())]
         assert sum(h > 0 for h in heights) >= 5
+        over_time = page.locator('svg.plot[aria-label^="Failing jobs over time"]')
+        assert "% of jobs failing" in (over_time.text_content() or "")
+        tips = over_time.locator("rect.bar title").all_text_contents()
+        assert tips and all(0 <= float(t.split(": ")[1].split("%")[0]) <= 100 for t in tips)
+        assert over_time.locator("line.ci").count() == len(tips)
+        link = page.locator("#answer a[href^='file://']").first
+        assert Path(link.inner_text()).is_dir()
+        assert link.get_attribute("href") == Path(link.inner_text()).as_uri()
+        assert page.locator("th[title]", has_text="95% CI").count() >= 1
+        assert page.locator("dl.legend dt", has_text="design effect").is_visible()
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    finally:
         browser.close()
+        p.stop()
     assert errors == []
     assert requests == [out.as_uri()]  # self-contained: nothing else is fetched
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (.ci/run installs it)")
+def test_known_failures_are_drawn_muted_on_the_gpu_time_line(tmp_path: Path) -> None:
+    """A recorded GPU time line (tests/data/telemetry) with a hang a known-failures file
+    names: its tick is grey, not the red of a new failure (the H200 plot was red end to end
+    with known cuda context errors)."""
+    from stress.analysis import html, report
+    from tests.unit.test_telemetry_timeline import store_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    store_run(run, "timeline-stuck.json")
+    hang = next(s for s in report.build([run]).signatures if s.cls == "hang")
+    known = tmp_path / "known.toml"
+    known.write_text(f'[[known]]\nsignature = "{hang.id}"\nnote = "seen before"\n')
+    colours = {}
+    for name, files in (("new", []), ("known", [known])):
+        out = tmp_path / f"{name}.html"
+        out.write_text(html.render(report.build([run], files)))
+        errors: list[str] = []
+        p, browser, page = _open(out, errors, [])
+        try:
+            tick = page.locator("svg.timeline line.fail")
+            assert tick.count() == 1 and tick.first.get_attribute("class") == f"fail {name}"
+            colours[name] = tick.first.evaluate("e => getComputedStyle(e).stroke")
+        finally:
+            browser.close()
+            p.stop()
+        assert errors == []
+    assert colours == {"new": "rgb(204, 34, 34)", "known": "rgb(184, 184, 184)"}
 
 
 def test_junit_output_validates_against_the_jenkins_junit_schema(

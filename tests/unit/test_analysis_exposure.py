@@ -55,16 +55,6 @@ def test_without_a_control_arm_the_ablation_says_it_cannot_tell() -> None:
     assert exposure.exit_paths(RunData([])) is None
 
 
-def test_exposures_are_counted_per_pattern() -> None:
-    data = _data([1])
-    data.jobs = [{"run_id": "r", "job_index": i, "pattern": "per-call", "full_teardowns": 2,
-                  "handle_releases": 1} for i in range(5)]
-    counts = {c.pattern: c for c in exposure.exposure_counts(data)}
-    assert counts["per-call"].jobs == 5 and counts["per-call"].full_teardowns == 10
-    assert counts["exit-os"].process_exits == 100
-    assert counts["exit-normal"].exits_by_outcome == {"clean": 200}
-
-
 def test_one_bad_path_among_many_clean_ones_is_named() -> None:
     """A real run: exit-thread crashed on every exit, five other paths never did. Pooled, the
     paths were 13/65 against 0/13 for the control (p = 0.07); path by path it is plain."""

@@ -92,7 +92,7 @@ def test_the_html_draws_the_time_line_with_phases_failures_and_the_episode(
 
     assert page.count('<svg class="timeline"') == 1
     assert 'class="busyidle"' in page
-    assert ">cooldown</text>" in page and 'class="fail"' in page
+    assert ">cooldown</text>" in page and 'class="fail new"' in page
     assert "<polyline" in page
 
 

@@ -1,0 +1,166 @@
+"""What was tested, said first in every output (pytest's session header): the tool, the
+runtime and compiler with their builds, target, device, driver library, host, seed, and the
+one command that reproduces the run. Read from the runs' manifests (store rows or
+summary.json), so a report of an old run says what that run tested, not what is installed
+now."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from stress.vocab import Engine
+
+REPEATABILITY_ONLY: str = "repeatability only (no reference)"
+REVISION_CHARS: int = 12  # of a commit hash: unique in IREE's history, short enough to read
+# options of the recorded command that name where the run was written: a rerun there would
+# be refused (the folder holds a run), so the rerun line leaves them out
+_FOLDER_OPTIONS: frozenset[str] = frozenset({"--results"})
+
+
+def rerun_command(command: str) -> str:
+    """The recorded command line without its results folder (a rerun gets a fresh one)."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return command
+    out: list[str] = []
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "--":
+            out += argv[i:]
+            break
+        if a in _FOLDER_OPTIONS:
+            skip = True
+            continue
+        if a.split("=", 1)[0] in _FOLDER_OPTIONS:
+            continue
+        out.append(a)
+    return shlex.join(out)
+
+
+def short_revision(rev: str) -> str:
+    return rev[:REVISION_CHARS] if len(rev) > REVISION_CHARS and rev.isalnum() else rev
+
+
+def _compiler(text: str | None) -> str:
+    if not text:
+        return "none (prebuilt artifacts or the command's own)"
+    version, _, rest = text.partition(" @ ")
+    if not rest:
+        return text
+    rev, _, more = rest.partition(" ")
+    return f"{version} @ {short_revision(rev)}" + (f" {more}" if more else "")
+
+
+def _runtime(m: dict[str, Any], engine: Engine) -> str:
+    version = m.get("iree_runtime")
+    if engine is Engine.EXEC and not version:
+        return "the command's own (not seen by iree-stress)"
+    revs = m.get("iree_revisions") or {}
+    build = ", ".join(f"{k} {short_revision(str(v))}" for k, v in sorted(revs.items()))
+    where = m.get("iree_runtime_path")
+    py = m.get("worker_python")
+    out = str(version or "unknown")
+    if build:
+        out += f" ({build})"
+    if where:
+        out += f" from {where}"
+    if py:
+        out += f", Python {py}"
+    return out
+
+
+def _device(m: dict[str, Any], engine: Engine) -> str:
+    uri = m.get("device_uri") or ""
+    if engine is Engine.EXEC and not uri:
+        return "the command's own"
+    names = sorted({str(d.get("name")) for d in m.get("devices") or [] if d.get("name")})
+    used = [u for u in m.get("devices_used") or [] if u and u != uri]
+    out = uri or "?"
+    if used:
+        out += f" (also {', '.join(used)})"
+    if names:
+        out += f": {', '.join(names)}"
+    return out
+
+
+def _driver(m: dict[str, Any], engine: Engine) -> str:
+    if engine is Engine.EXEC:
+        return "the command's own"
+    libs = [*(m.get("loaded_gpu_libraries") or []),
+            *([m["hip_library"]] if m.get("hip_library") else [])]
+    lib = ", ".join(dict.fromkeys(libs)) or "none loaded (built into the runtime)"
+    return f"{m.get('driver') or '?'}, library {lib}"
+
+
+def _host(m: dict[str, Any]) -> str:
+    parts = [str(m.get(k)) for k in ("host", "os", "cpu") if m.get(k)]
+    if m.get("cores"):
+        parts.append(f"{m['cores']} cores")
+    return ", ".join(parts) or "unknown"
+
+
+def numerics(m: dict[str, Any]) -> str:
+    """How results were checked: against numpy, or only against the program's own first
+    result (a user program has no reference: a wrong answer given every time passes)."""
+    cfg = m.get("config") or {}
+    if Engine.of(cfg.get("engine")) is Engine.EXEC:
+        return "not checked by iree-stress (the command's own exit status)"
+    programs = list(cfg.get("programs") or [])
+    only = cfg.get("repeatability_only")
+    if only is None:  # a store from before the key: user programs have no reference
+        only = [p for p in programs if p.startswith("user.")]
+    if not only:
+        return "numpy reference"
+    names = ", ".join(only[:3]) + (f" and {len(only) - 3} more" if len(only) > 3 else "")
+    rest = len(programs) - len(only)
+    return (f"{REPEATABILITY_ONLY}: {names} (each result against the first)"
+            + (f"; numpy reference for the other {rest}" if rest > 0 else ""))
+
+
+def rows(manifests: Sequence[dict[str, Any]], commands: Sequence[str] = ()
+         ) -> list[tuple[str, str]]:
+    """(label, text) lines of the header of one or more runs; a fact that differs between
+    runs lists each value once, in run order."""
+    if not manifests:
+        return []
+
+    def one(fn: Any) -> str:
+        return " | ".join(dict.fromkeys(fn(m) for m in manifests))
+
+    def engine(m: dict[str, Any]) -> Engine:
+        return Engine.of((m.get("config") or {}).get("engine"))
+
+    cmds = list(dict.fromkeys(rerun_command(c) for c in commands if c)) or \
+        list(dict.fromkeys(rerun_command(str(m["command"])) for m in manifests
+                           if m.get("command")))
+    out = [("iree-stress", one(lambda m: f"{m.get('tool_version') or '?'}, "
+                                         f"{engine(m).value} engine")),
+           ("runtime", one(lambda m: _runtime(m, engine(m)))),
+           ("compiler", one(lambda m: _compiler(m.get("iree_compiler")))),
+           ("target", one(lambda m: str((m.get("config") or {}).get("target") or "?"))),
+           ("device", one(lambda m: _device(m, engine(m)))),
+           ("driver", one(lambda m: _driver(m, engine(m)))),
+           ("host", one(_host)),
+           ("numerics", one(numerics)),
+           ("seed", one(lambda m: str(m.get("seed", "?"))))]
+    if len(cmds) == 1:
+        out.append(("rerun", cmds[0]))
+    elif cmds:
+        out.append(("rerun", f"{len(cmds)} commands (one per run): {cmds[0]} ..."))
+    return out
+
+
+def as_dict(header: Sequence[tuple[str, str]]) -> dict[str, str]:
+    return dict(header)
+
+
+def text(header: Sequence[tuple[str, str]], markdown: bool = False) -> str:
+    """`label: value` lines (pytest's header); in markdown, the same lines as a code block."""
+    body = "\n".join(f"{k}: {v}" for k, v in header)
+    return f"```text\n{body}\n```" if markdown else body

@@ -1,0 +1,80 @@
+"""The header every output begins with (issue 28 item 4): what was tested, read from a run's
+manifest; its rerun line reproduces the run (a gate's run by the gate); numerics say when a
+program is checked for repeatability only (item 10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stress.analysis import header
+from stress.soak import recorded_command
+
+CUDA: dict[str, Any] = {
+    "tool_version": "0.1.0", "iree_compiler": "3.13.0rc20261016 @ 89ece87b89852100c0a4ac3d515e"
+    "14842d090967 (prebuilt: /cache/cuda)", "iree_runtime": "3.13.0rc20261016",
+    "iree_revisions": {"IREE": "89ece87b89852100c0a4ac3d515e14842d090967"},
+    "driver": "cuda", "device_uri": "cuda", "devices": [{"name": "NVIDIA H200"}],
+    "loaded_gpu_libraries": ["/usr/local/nvidia/lib64/libcuda.so.580.159.04"],
+    "worker_python": "3.12.3", "iree_runtime_path": "/site/iree/runtime", "host": "vm",
+    "os": "Linux-6.18", "cpu": "Xeon", "cores": 16, "seed": 1,
+    "command": "iree-stress soak --target cuda --seed 1 --results /tmp/soak -q",
+    "config": {"engine": "python", "target": "cuda:sm_90", "programs": ["unary.exp.f32.1"],
+               "repeatability_only": []}}
+
+
+def test_a_gpu_runs_header_names_runtime_build_device_and_driver_library() -> None:
+    h = dict(header.rows([CUDA]))
+    assert h["runtime"] == ("3.13.0rc20261016 (IREE 89ece87b8985) from /site/iree/runtime, "
+                            "Python 3.12.3")
+    assert h["compiler"] == "3.13.0rc20261016 @ 89ece87b8985 (prebuilt: /cache/cuda)"
+    assert h["target"] == "cuda:sm_90" and h["device"] == "cuda: NVIDIA H200"
+    assert h["driver"] == "cuda, library /usr/local/nvidia/lib64/libcuda.so.580.159.04"
+    assert h["host"] == "vm, Linux-6.18, Xeon, 16 cores" and h["seed"] == "1"
+    assert h["rerun"] == "iree-stress soak --target cuda --seed 1 -q"  # a fresh folder
+
+
+@pytest.mark.parametrize("command,rerun", [
+    ("iree-stress soak --results=/r --seed 3", "iree-stress soak --seed 3"),
+    ("iree-stress soak --engine exec --results /r -- ./t --results x",
+     "iree-stress soak --engine exec -- ./t --results x"),  # the command's own is kept
+])
+def test_the_rerun_line_leaves_out_only_our_results_folder(command: str, rerun: str) -> None:
+    assert header.rerun_command(command) == rerun
+
+
+def test_numerics_say_which_programs_are_checked_for_repeatability_only() -> None:
+    cfg = {**CUDA["config"], "programs": ["user.a", "user.b", "unary.exp.f32.1"],
+           "repeatability_only": ["user.a", "user.b"]}
+    assert header.numerics({"config": cfg}) == (
+        "repeatability only (no reference): user.a, user.b (each result against the first); "
+        "numpy reference for the other 1")
+    old = {"config": {"programs": ["user.a"]}}  # a store from before the key
+    assert header.numerics(old).startswith("repeatability only (no reference): user.a")
+    assert header.numerics({"config": {"engine": "exec"}}).startswith("not checked")
+
+
+def test_runs_that_differ_list_each_value_once() -> None:
+    other = {**CUDA, "iree_runtime": "3.12.0"}
+    h = dict(header.rows([CUDA, CUDA, other]))
+    assert h["runtime"].count("3.13.0rc20261016") == 1 and " | 3.12.0" in h["runtime"]
+    assert h["host"] == "vm, Linux-6.18, Xeon, 16 cores"
+
+
+def test_a_gate_runs_recorded_command_is_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.argv", ["iree-stress", "gate", "--max-rate", "0.01"])
+    assert recorded_command(["--max-rate", "0.01"]) == ["iree-stress", "gate", "--max-rate",
+                                                         "0.01"]
+    # arguments that are not this process's own (repro builds its own): a soak
+    assert recorded_command(["--seed", "4"])[:2] == ["iree-stress", "soak"]
+
+
+def test_version_names_the_runtime_and_the_compiler_a_soak_here_would_use() -> None:
+    from tests.conftest import run_cli
+
+    res = run_cli("--version")
+    lines = res.stdout.splitlines()
+    assert res.rc == 0 and lines[0].startswith("iree-stress 0.") and "Python 3." in lines[0]
+    assert lines[1].startswith("runtime: ") and lines[2].startswith("compiler: ")
+    assert "_runtime_libs" in lines[1] or "not installed" in lines[1]
