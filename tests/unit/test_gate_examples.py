@@ -103,3 +103,43 @@ def test_the_slurm_array_gives_each_task_its_own_shard_and_is_valid_bash() -> No
              for t in range(first, last + 1)}
     assert pairs == {(k, count) for k in range(count)}
     assert "afterany" in SLURM.read_text()  # the gate runs even when a task failed
+
+
+def _sbatch_calls(tmp_path: Path, *args: str, **env: str) -> list[list[str]]:
+    """The argv of each `sbatch` the Slurm example's submit step runs, with an `sbatch` on
+    PATH that records them and answers job ids 41, 42, ... (tests/system/test_slurm.py runs it
+    on a real cluster)."""
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/bash\nn=$(ls "$CALLS" | wc -l)\n'
+                    'printf "%s\\0" "$@" > "$CALLS/$n"\necho "$((41 + n))"\n')
+    fake.chmod(0o755)
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("IREE_STRESS_", "SLURM_"))}
+    res = subprocess.run(["bash", str(SLURM), *args], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=60,
+                         env={**clean, "PATH": f"{fake.parent}:{os.environ['PATH']}",
+                              "CALLS": str(calls), **env})
+    assert res.returncode == 0, res.stderr
+    count = len(list(calls.iterdir()))
+    return [(calls / str(n)).read_text().split("\0")[:-1] for n in range(count)]
+
+
+@pytest.mark.parametrize(("env", "gpus"), [
+    ({}, ["--gpus-per-task=1"]),  # the default target is rocm
+    ({"IREE_STRESS_TARGET": "cpu"}, []),
+    ({"IREE_STRESS_TARGET": "cpu", "IREE_STRESS_GPUS_PER_TASK": "1"}, ["--gpus-per-task=1"]),
+    ({"IREE_STRESS_GPUS_PER_TASK": "2"}, ["--gpus-per-task=2"]),
+    ({"IREE_STRESS_GPUS_PER_TASK": "0"}, []),
+    ({"IREE_STRESS_GPUS_PER_TASK": ""}, []),
+])
+def test_the_slurm_example_asks_for_the_gpus_the_environment_says_and_none_for_the_gate(
+        tmp_path: Path, env: dict[str, str], gpus: list[str]) -> None:
+    # a fixed #SBATCH --gpus-per-task line was refused on a partition without GPUs (issue 28)
+    assert not re.search(r"^#SBATCH.*(gpu|gres)", SLURM.read_text(), re.M)
+    array, gate = _sbatch_calls(tmp_path, "--partition=debug", **env)
+    assert [a for a in array if "gpu" in a or "gres" in a] == gpus
+    assert "--partition=debug" in array and array[-1] == str(SLURM)  # arguments: the array's
+    assert "--dependency=afterany:41" in gate and not any("gpu" in a for a in gate)
+    assert any(a.startswith("--wrap=") and a.endswith(" gate 41") for a in gate)
