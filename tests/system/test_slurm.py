@@ -33,11 +33,18 @@ import pytest
 
 from tests.conftest import REPO, TEST_CACHE, run_cli
 
-pytestmark = [pytest.mark.slow, pytest.mark.system]
-
 EXAMPLE = REPO / "examples" / "slurm-array.sh"
 JUNIT_XSD = REPO / "tests" / "data" / "junit-10.xsd"
 _BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
+_MISSING = [b for b in _BINARIES if shutil.which(b) is None]
+
+# skipped before any fixture (the session's corpus compile) is set up
+pytestmark = [pytest.mark.slow, pytest.mark.system,
+              pytest.mark.skipif(os.geteuid() != 0,
+                                 reason="a one-node Slurm needs root (slurmd runs jobs as their "
+                                        "user)"),
+              pytest.mark.skipif(bool(_MISSING), reason=f"no {', '.join(_MISSING)}: apt-get "
+                                                        "install slurm-wlm munge")]
 _NODE = "stress1"
 _SEED = "20261204"
 _TASKS = 2
@@ -193,11 +200,6 @@ def one_node_slurm(root: Path) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    if os.geteuid() != 0:
-        pytest.skip("a one-node Slurm needs root (slurmd runs jobs as their user)")
-    missing = [b for b in _BINARIES if shutil.which(b) is None]
-    if missing:
-        pytest.skip(f"no {', '.join(missing)}: apt-get install slurm-wlm munge")
     with one_node_slurm(tmp_path_factory.mktemp("slurm")) as cluster:
         yield cluster
 
