@@ -105,3 +105,18 @@ def vmfb(program: str, target: str = "cpu") -> Path:
 
     cache = ArtifactCache(default_cache_dir())
     return cache.get_or_compile(corpus.by_name()[program], targets.parse(target)).path
+
+
+def build_fault_lib(out: Path) -> Path:
+    """tests/native/libfault.c built as an LD_PRELOAD library under `out` (the runtime stand-in
+    that segfaults or stalls in its own teardown: see the C file)."""
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise SystemExit("no C compiler for tests/native/libfault.c")
+    lib = out / "libfault.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-g", "-o", str(lib),
+                    str(ROOT / "tests" / "native" / "libfault.c"), "-ldl", "-lpthread"],
+                   check=True)
+    return lib

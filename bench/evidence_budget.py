@@ -18,29 +18,17 @@ Rounds are interleaved (the order rotates) and medians compared: target budget/c
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, add_target_args, header, soak, soak_target  # noqa: E402
+from _common import add_target_args, build_fault_lib, header, soak, soak_target  # noqa: E402
 
 TARGET_RATIO: float = 0.8  # issue 24: budgeted storm >= 0.8x the clean soak's exits per second
 PROGRAMS: str = "binary.add.f32.3x5x7+3x5x7"  # the smallest program: the bench measures exits
 
-
-def build_fault_lib(out: Path) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise SystemExit("no C compiler for tests/native/libfault.c")
-    lib = out / "libfault.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-g", "-o", str(lib),
-                    str(ROOT / "tests" / "native" / "libfault.c"), "-ldl", "-lpthread"],
-                   check=True)
-    return lib
 
 
 def arm(name: str, args: argparse.Namespace, lib: Path, folder: Path,

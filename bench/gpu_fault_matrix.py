@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, add_target_args, header, soak_target  # noqa: E402
+from _common import ROOT, add_target_args, build_fault_lib, header, soak_target  # noqa: E402
 
 PROGRAMS: str = "unary.*.f32.*"
 _DEBUGGERS: tuple[str, ...] = ("gdb", "cuda-gdb", "rocgdb")
@@ -70,16 +70,6 @@ def _exit(mode: str, p: float) -> Fault:
 FAULTS: tuple[Fault, ...] = (_join("segv", 0.3), _join("spin", 0.1), _join("block", 0.1),
                              _exit("segv", 0.3), _exit("spin", 0.1), _exit("block", 0.1))
 
-
-def build_lib(out: Path) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise SystemExit("no C compiler for tests/native/libfault.c")
-    lib = out / "libfault.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-g", "-o", str(lib),
-                    str(ROOT / "tests" / "native" / "libfault.c"), "-ldl", "-lpthread"],
-                   check=True)
-    return lib
 
 
 def path_without_debuggers() -> str:
@@ -186,7 +176,7 @@ def main() -> int:
             "rate per exposure [95%]", "cell")
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory(prefix="fault-matrix-") as tmp:
-        lib = build_lib(Path(tmp))
+        lib = build_fault_lib(Path(tmp))
         for fault in chosen:
             for pattern in fault.patterns:
                 row = judge(fault, pattern, cell(fault, pattern, args, lib, Path(tmp)))

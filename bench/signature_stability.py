@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, add_target_args, header, soak_target  # noqa: E402
+from _common import ROOT, add_target_args, build_fault_lib, header, soak_target  # noqa: E402
 
 MODES: dict[str, tuple[list[str], list[str]]] = {
     "join-segv": (["--patterns", "per-call,churn,per-thread", "--threads", "2"],
@@ -36,16 +35,6 @@ MODES: dict[str, tuple[list[str], list[str]]] = {
                   ["IREE_FAULT_EXIT=segv", "IREE_FAULT_EXIT_PROB=0.3"]),
 }
 
-
-def build_lib(out: Path) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise SystemExit("no C compiler for tests/native/libfault.c")
-    lib = out / "libfault.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-g", "-o", str(lib),
-                    str(ROOT / "tests" / "native" / "libfault.c"), "-ldl", "-lpthread"],
-                   check=True)
-    return lib
 
 
 def one(mode: str, seed: int, args: argparse.Namespace, lib: Path,
@@ -77,7 +66,7 @@ def main() -> int:
     header()
     ok = True
     with tempfile.TemporaryDirectory(prefix="sig-stability-") as tmp:
-        lib = build_lib(Path(tmp))
+        lib = build_fault_lib(Path(tmp))
         for mode in args.modes.split(","):
             per_run: list[list[dict[str, Any]]] = []
             for seed in range(1, args.runs + 1):

@@ -12,10 +12,10 @@ already filed are shown apart from new ones (and, in the gate, do not fail it).
     note = "spins at exit under driver X"
 
     [[known]]
-    key = "crash|SIGSEGV|teardown||pthread_join < ?? [_runtime.so] < Py_DECREF|"
-    note = "segfault in the runtime's teardown join"  # a report's `key`, matched exactly or
-    #   compatibly: the same mode seen through a shorter unwind or without symbols (`??`
-    #   frames of the same module), and the report says which
+    key = "crash|SIGSEGV|teardown||pthread_join [libc.so] < ?? [_runtime.so] < Py_DECREF|"
+    note = "segfault in the runtime's teardown join"  # a report's `key_detailed` (or `key`),
+    #   matched exactly or compatibly: the same mode seen through a shorter unwind or
+    #   without symbols (`??` frames of the same module), and the report says which
 
 The key text is `class|signal|step|state|frame < frame < frame|message` (shown by
 `report --format json` as each signature's `key`). The key keeps a message's first 120
@@ -101,11 +101,20 @@ class KnownFailures:
         hit = self.lookup(sig.id, sig.key.text(), sig.full_texts)
         if hit is not None:
             return hit
+        detailed = sig.key.detailed()
+        hit = next((e for e in self.entries if e.key and e.key == detailed), None)
+        if hit is not None:
+            return hit
         for e in self.entries:
             why = sig.compatible_with(e.key) if e.key else None
             if why:
                 sig.known_how = f"matched {e.key!r} compatibly: {why}"
                 return e
+        for e in self.entries:
+            why = sig.incompatible_with(e.key) if e.key else None
+            if why:
+                sig.known_how = f"not the known key at line {e.line}: {why}"
+                break
         return None
 
 
@@ -179,6 +188,9 @@ def _entry(t: Any, path: Path, line: int) -> KnownFailure:
     if sum(bool(t.get(k)) for k in ("signature", "match", "key")) != 1:
         raise UsageError(f"{where}: give exactly one of `signature` (an id), `match` "
                          f"(a glob over the signature key) or `key` (a signature key)")
+    if t.get("key") and t["key"].count("|") < 5:
+        raise UsageError(f"{where}: `key` must be a signature key as a report prints it "
+                         f"(class|signal|step|state|frames|message), got {t['key']!r}")
     if not t.get("note"):
         raise UsageError(f"{where}: a known failure needs a `note` saying what it is")
     return KnownFailure(t["note"], t.get("signature", ""), t.get("match", ""), t.get("link", ""),

@@ -276,6 +276,15 @@ class SignatureKey:
             return self.modules[i]
         return _frame_module(self.frames[i])
 
+    def detailed(self) -> str:
+        """text() with every native frame's module in brackets (`pthread_join [libc.so]`):
+        what a known-failures `key` entry should copy, so that it can be matched against an
+        unwind without symbols."""
+        frames = [f if f.endswith("]") or not self.module(i) else f"{f} [{self.module(i)}]"
+                  for i, f in enumerate(self.frames)]
+        return "|".join([self.cls, self.signal or "", self.step or "", self.state,
+                         " < ".join(frames), self.message])
+
     def text(self) -> str:
         """`class|signal|step|state|frame < frame < frame|message`: what ids hash and known
         failure patterns match."""
@@ -304,32 +313,71 @@ def _unnamed(key: str) -> bool:
     return key == _UNNAMED or key.startswith(_UNNAMED + " [")
 
 
+def _token(k: SignatureKey, i: int) -> tuple[str, str]:
+    """Frame i of `k` as (name, module): the module of a native frame from the key's modules
+    (a key read from text names it in brackets, `pthread_join [libc.so]`), "" unknown."""
+    f = k.frames[i]
+    name = f[:f.rindex(" [")] if f.endswith("]") and " [" in f else f
+    return name, k.module(i)
+
+
+def _counted(k: SignatureKey) -> int:
+    """Frames of `k` that count toward TOP_FRAMES (prefix frames ride along uncounted)."""
+    prefix = rules().prefix
+    return sum(not _matches(prefix, f"{n} [{m}]") for n, m in
+               (_token(k, i) for i in range(len(k.frames))))
+
+
+def _same_head(a: SignatureKey, b: SignatureKey) -> bool:
+    return (a.cls, a.signal, a.step, a.state, a.message) == \
+        (b.cls, b.signal, b.step, b.state, b.message)
+
+
+def _frames_agree(a: SignatureKey, b: SignatureKey) -> tuple[int, int] | str:
+    """(named frames the same, unsymbolized frames that stood in for a named one of the same
+    module) over the shorter stack, or why they disagree."""
+    named = wild = 0
+    for i in range(min(len(a.frames), len(b.frames))):
+        (na, ma), (nb, mb) = _token(a, i), _token(b, i)
+        if na != _UNNAMED and nb != _UNNAMED:
+            if na != nb or (ma and mb and ma != mb):
+                return f"frame {i + 1} differs ({na} vs {nb})"
+            named += 1
+        elif na == nb == _UNNAMED:
+            if ma != mb:
+                return f"frame {i + 1} is in another module ({ma or '?'} vs {mb or '?'})"
+        else:
+            m_unnamed, m_named = (ma, mb) if na == _UNNAMED else (mb, ma)
+            if not m_unnamed:
+                return (f"frame {i + 1} is unsymbolized outside every known module: "
+                        "it cannot be matched to a named frame")
+            if not m_named:
+                return f"frame {i + 1}'s named side gives no module to check against"
+            if m_unnamed != m_named:
+                return f"frame {i + 1} is in another module ({m_unnamed} vs {m_named})"
+            wild += 1
+    return named, wild
+
+
 def compatible(a: SignatureKey, b: SignatureKey) -> str | None:
     """Why `a` and `b` may be one failure mode seen through two unwinds (None: they are not):
     the same class, signal, step, state and message, and frames that agree position by
-    position over the shorter stack, where an unsymbolized frame (`?? [lib.so]`) agrees with
-    a named one of the same module (or of an unknown one), with at least one frame the same
-    in both by its name or its module. Says "unwind stopped early" when one stack is a
-    shorter prefix, "N frame(s) unsymbolized" when `??` stood in."""
-    if (a.cls, a.signal, a.step, a.state, a.message) != \
-            (b.cls, b.signal, b.step, b.state, b.message) or not a.frames or not b.frames:
+    position over the shorter stack, the shorter one (if any) with fewer than TOP_FRAMES
+    counted frames (its unwind stopped early). An unsymbolized frame (`?? [lib.so]`) stands
+    in for a named frame only of the same, known, module; `?? []` (an address outside every
+    module) only for itself. At least one named frame must be the same in both, and no fewer
+    than the frames stood in for. Says "unwind stopped early" and/or "N frame(s)
+    unsymbolized"."""
+    if not _same_head(a, b) or not a.frames or not b.frames:
         return None
-    n = min(len(a.frames), len(b.frames))
-    if max(len(a.frames), len(b.frames)) > n and n >= TOP_FRAMES:
+    if len(a.frames) != len(b.frames) and \
+            min(_counted(a), _counted(b)) >= TOP_FRAMES:
         return None  # both unwinds were long enough: a longer key is another mode
-    same = wild = 0
-    for i in range(n):
-        fa, fb = a.frames[i], b.frames[i]
-        if fa == fb:
-            same += fa not in (_UNNAMED, f"{_UNNAMED} []")  # a name, or at least a module
-            continue
-        if not (_unnamed(fa) or _unnamed(fb)):
-            return None
-        ma, mb = a.module(i), b.module(i)
-        if ma and mb and ma != mb:
-            return None
-        wild += 1
-    if same == 0 or (wild == 0 and len(a.frames) == len(b.frames)):
+    agree = _frames_agree(a, b)
+    if isinstance(agree, str):
+        return None
+    named, wild = agree
+    if named == 0 or named < wild or (wild == 0 and len(a.frames) == len(b.frames)):
         return None
     why = []
     if len(a.frames) != len(b.frames):
@@ -339,22 +387,36 @@ def compatible(a: SignatureKey, b: SignatureKey) -> str | None:
     return ", ".join(why)
 
 
-def _richness(k: SignatureKey) -> tuple[int, int]:
+def why_not(a: SignatureKey, b: SignatureKey) -> str | None:
+    """Why key `b` (a known entry's) is not `a`'s mode although their class, signal, step
+    and state agree (None when they do not agree that far, or when they are compatible)."""
+    if not _same_head(a, b) or compatible(a, b):
+        return None
+    agree = _frames_agree(a, b)
+    return agree if isinstance(agree, str) else "too few frames named the same in both"
+
+
+def richness(k: SignatureKey) -> tuple[int, int]:
     return len(k.frames), -sum(_unnamed(f) for f in k.frames)
 
 
-def merge_map(counts: Counter[SignatureKey]) -> dict[SignatureKey, tuple[SignatureKey, str]]:
+def merge_map(counts: Counter[SignatureKey],
+              steps: dict[SignatureKey, set[str]] | None = None
+              ) -> dict[SignatureKey, tuple[SignatureKey, str]]:
     """Keys to fold into a richer one (more frames, or fewer unsymbolized) that is the only
-    compatible candidate: key -> (target, why). A key compatible with several richer keys
-    that are not compatible with each other stays as it is (it cannot be told which)."""
+    compatible candidate: key -> (target, why). `steps`: each key's precise failing steps; a
+    key folds only into one whose failures were seen at every step it was (the key's
+    `teardown` groups several). A key compatible with several richer keys that are not
+    compatible with each other stays as it is (it cannot be told which)."""
     out: dict[SignatureKey, tuple[SignatureKey, str]] = {}
-    keys = sorted(counts, key=_richness, reverse=True)
+    keys = sorted(counts, key=lambda k: (richness(k), counts[k], k.text()), reverse=True)
     for k in keys:
-        richer = [(other, why) for other in keys if _richness(other) > _richness(k)
-                  for why in [compatible(k, other)] if why]
+        richer = [(other, why) for other in keys if richness(other) > richness(k)
+                  for why in [compatible(k, other)] if why and
+                  (steps is None or steps.get(k, set()) <= steps.get(other, set()))]
         if not richer:
             continue
-        best, why = max(richer, key=lambda c: (_richness(c[0]), counts[c[0]]))
+        best, why = max(richer, key=lambda c: (richness(c[0]), counts[c[0]], c[0].text()))
         if all(o is best or compatible(o, best) for o, _ in richer):
             out[k] = (out.get(best, (best, ""))[0], why)
     return out
@@ -384,7 +446,8 @@ class Signature:
     known: KnownFailure | None = None  # matched by the report against --known files
     merged: Counter[str] = field(default_factory=Counter)  # "key text (why)" -> failures
     #   folded in from a shorter or unsymbolized unwind of the same mode
-    known_how: str = ""  # how a known-failures entry matched, when not exactly
+    known_how: str = ""  # how a known-failures entry matched, when not exactly, or why a
+    #   `key` entry of the same class, signal and step did not
     evidence_full: int = 0  # crashes with a core read and full stacks (the evidence budget)
     evidence_counted: int = 0  # crashes counted with a cheap record, past the budget
 
@@ -394,8 +457,19 @@ class Signature:
 
     def compatible_with(self, key_text: str) -> str | None:
         """Why a key written elsewhere (a known-failures entry's `key`, from a run with
-        symbols or a longer unwind) is this signature's mode; None when it is not."""
-        return compatible(self.key, SignatureKey.parse(key_text))
+        symbols or a longer unwind) is this signature's mode; None when it is not. One way
+        only: the entry must be at least as rich as this signature (an entry written from a
+        poor unwind must not claim every richer one)."""
+        entry = SignatureKey.parse(key_text)
+        if richness(entry) < richness(self.key):
+            return None
+        return compatible(self.key, entry)
+
+    def incompatible_with(self, key_text: str) -> str | None:
+        """Why a known entry's `key` of the same class, signal, step and state does not match
+        (the report says it, so that a missing symbol table does not silently make a known
+        failure new); None when unrelated or matched."""
+        return why_not(self.key, SignatureKey.parse(key_text))
 
     def full_texts(self, limit: int = 8, scan: int = 5000) -> tuple[str, ...]:
         """The key with each distinct full message of its rows in place of the cut one (first
@@ -460,7 +534,8 @@ class Signature:
 
     def as_dict(self) -> dict[str, Any]:
         r = self.rate
-        return {"id": self.id, "key": self.key.text(), "class": self.cls,
+        return {"id": self.id, "key": self.key.text(), "key_detailed": self.key.detailed(),
+                "class": self.cls,
                 "signal": self.key.signal, "last_step": self.last_step,
                 "thread_state": self.key.state or None, "frames": list(self.frames),
                 "steps": dict(self.steps.most_common()),
@@ -555,11 +630,15 @@ def build(data: RunData) -> list[Signature]:
             full_keys[budget["key"]][key] += 1
     # one mode, two unwinds: a stack cut short, or unsymbolized frames, folds into the one
     #   richer key it is compatible with (and says so)
-    folds = merge_map(Counter(k for _, _, k, _ in keyed if k.frames))
+    precise: dict[SignatureKey, set[str]] = defaultdict(set)
+    for row, stack, key, _ in keyed:
+        precise[key].add(failing_step(row, stack) or "")
+    folds = merge_map(Counter(k for _, _, k, _ in keyed if k.frames), precise)
     for row, stack, key, budget in keyed:
         counted = budget is not None and not budget["full"]
-        if budget is not None and counted and full_keys.get(budget["key"]):
-            key = full_keys[budget["key"]].most_common(1)[0][0]
+        sampled = full_keys.get(budget["key"]) if budget is not None else None
+        if counted and sampled and len(sampled) == 1:  # one mode sampled: theirs; several:
+            key = next(iter(sampled))  # which one is not known, they stay apart
         fold = folds.get(key)
         if fold is not None:
             key, why = fold[0], f"{' < '.join(key.frames)} ({fold[1]})"

@@ -12,6 +12,7 @@ import json
 import re
 import resource
 import signal
+import threading
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -164,24 +165,23 @@ def _python_exception(h: WorkerHandle) -> str:
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b")
 
 
-def evidence_key(cls: FailureClass, sig: str | None, step: str | None) -> str:
+def evidence_key(cls: FailureClass, sig: str | None, step: str | None,
+                 pattern: str | None) -> str:
     """The mode a crash's evidence budget is counted in, known before its core is read:
-    class, signal and step, the teardown steps as one (the same destructor runs from
-    whichever release drops the last reference)."""
-    try:
-        teardown = step is not None and Step.parse(step).is_teardown()
-    except KeyError:
-        teardown = False
-    return f"{cls.value}|{sig or ''}|{'teardown' if teardown else step or ''}"
+    class, signal, step and pattern (a raw fact each: two modes that share a class and a
+    signal at different steps or patterns keep a budget each)."""
+    return f"{cls.value}|{sig or ''}|{step or ''}|{pattern or ''}"
 
 
 def no_cores(pid: int) -> bool:
     """Turns core dumps off for process `pid` (the evidence budget's processes that need
-    none): its RLIMIT_CORE to 0, the hard limit too, so the worker's own prepare_child, which
-    may run after this, cannot raise it again. Returns whether it may still dump a core (True
-    when the limit could not be changed)."""
+    none): its soft RLIMIT_CORE to 0, the hard limit left as it is, so that a hang's kill can
+    raise it again (corekill.dump). Called at launch and again at the worker's hello: the
+    worker's own prepare_child raises the soft limit when it starts. Returns whether it may
+    still dump a core (True when the limit could not be changed)."""
     try:
-        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+        _, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, hard))
         return False
     except (OSError, ValueError):
         return True
@@ -198,16 +198,27 @@ def spend(seen: Counter[str], key: str, budget: int) -> tuple[bool, int]:
     return n % budget == 0 and doublings & (doublings - 1) == 0, n
 
 
-def _failed_after_bye(attr: Attribution) -> str | None:
-    """The step that failed on the failing thread after its worker-exit began (an exit
-    path's own device work, such as exit-inflight's `queue`), or None."""
-    exit_t = max((e["t"] for e in attr.steps if e.get("failing") and
-                  e["step"] == Step.WORKER_EXIT.label and e["phase"] == "begin"), default=None)
+def _step_after_bye(attr: Attribution, signalled: bool) -> str | None:
+    """The step of the failing thread, begun after its worker-exit began (an exit path's own
+    device work, such as exit-inflight's `queue`), that the failure belongs to: for an exit
+    with a status, the last such step that failed; for a signal death, the one still in
+    flight (a signal after such a step ended is the exit's own). None: the exit's."""
+    mine = [e for e in attr.steps if e.get("failing")]
+    exit_t = max((e["t"] for e in mine if e["step"] == Step.WORKER_EXIT.label and
+                  e["phase"] == "begin"), default=None)
     if exit_t is None:
         return None
-    failed = [e for e in attr.steps if e.get("failing") and e["phase"] == "fail" and
-              e["t"] >= exit_t]
-    return str(failed[-1]["step"]) if failed else None
+    after = [e for e in mine if e["t"] >= exit_t and e["step"] != Step.WORKER_EXIT.label]
+    if not signalled:
+        failed = [e for e in after if e["phase"] == "fail"]
+        return str(failed[-1]["step"]) if failed else None
+    open_steps: dict[str, bool] = {}
+    for e in after:
+        if e["phase"] == "begin":
+            open_steps[e["step"]] = True
+        elif e["phase"] in ("end", "fail"):
+            open_steps.pop(e["step"], None)
+    return str(list(open_steps)[-1]) if open_steps else None
 
 
 def _job_text(job: Job | None) -> str:
@@ -281,7 +292,7 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     if attr.last_step is None:
         attr.last_step = h.default_step
     exposure = None
-    failed_step = _failed_after_bye(attr) if said_bye else None
+    failed_step = _step_after_bye(attr, sig is not None) if said_bye else None
     if failed_step:  # a step its exit path journaled failed before the exit itself
         attr.last_step = failed_step
     elif said_bye:  # its work was done and reported: the process's exit itself failed
@@ -294,7 +305,7 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     budget: dict[str, Any] | None = None
     full = True
     if sig is not None:  # a signal death: its core and stacks cost a debugger's CPU-second
-        key = evidence_key(cls, sig, attr.last_step)
+        key = evidence_key(cls, sig, attr.last_step, job.pattern if job else None)
         if h.cores:
             full, n = spend(s.evidence_seen, key, s.cfg.evidence_budget)
         else:  # no core to read: counted, and the mode's count (0 if new) asks for cores
@@ -383,13 +394,17 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
                           # checks that it still is)
                           {h.pid: h.stderr_path for h, _ in group
                            if h.hello_at is not None and h.watch is None},
-                          min(h.started_wall for h, _ in group), s.run_dir, s.python)
+                          min(h.started_wall for h, _ in group), s.run_dir, s.python,
+                          cancel)
         batches[fut] = (group, t0, gap)
 
     rescan_until = time.monotonic() + _RESCAN_FOR_S
+    cancel = threading.Event()  # an interrupt: batches kill at once, without cores
     try:
         start(stuck, scan_gap_s)
         while batches:
+            if s.interrupt is not None:
+                cancel.set()
             done, _ = wait(list(batches), timeout=_RESCAN_S, return_when=FIRST_COMPLETED)
             for fut in done:
                 group, t0, gap = batches.pop(fut)
@@ -428,11 +443,16 @@ class _Taken:
 
 
 def _take_and_kill(handles: list[WorkerHandle], backend: str, stderr_paths: dict[int, Path],
-                   since_wall: float, run_dir: Path, python: str) -> _Taken:
+                   since_wall: float, run_dir: Path, python: str,
+                   cancel: threading.Event | None = None) -> _Taken:
     """A batch's evidence, then the kill of those still alive (a core-dumping signal first for
     up to corekill.CORES_PER_BATCH whose live stacks have no native frames), then the cores
     read, then telemetry: off the main thread, which only scans meanwhile and never polls
     these handles."""
+    for h in handles:  # its verdict stands and it will die: whatever kills it (an evidence
+        #   tool, our kill) leaves a core, even where the evidence budget turned cores off
+        if h.cwd is not None and corekill.ours(h.cwd, run_dir):
+            postmortem.allow_core(h.pid)
     hang = evidence.collect_many([h.pid for h in handles], stderr_paths=stderr_paths,
                                  backend=backend, since_wall=since_wall)
     t_stacks = time.monotonic()
@@ -441,7 +461,8 @@ def _take_and_kill(handles: list[WorkerHandle], backend: str, stderr_paths: dict
                         else h.proc.poll()] if rc is not None}
     cored: dict[int, corekill.CoreKill] = {}
     for h in handles:
-        if len(cored) >= corekill.CORES_PER_BATCH or h.pid in ended:
+        if len(cored) >= corekill.CORES_PER_BATCH or h.pid in ended or \
+                (cancel is not None and cancel.is_set()):
             continue
         own = h.cwd is not None and corekill.ours(h.cwd, run_dir)
         if corekill.wanted(hang.processes[h.pid].stacks, own) and \
@@ -458,9 +479,10 @@ def _take_and_kill(handles: list[WorkerHandle], backend: str, stderr_paths: dict
     t_killed = time.monotonic()
     for h in handles:
         rc = ended.get(h.pid, codes.get(h.pid))
-        by_core = h.pid in cored and cored[h.pid].signal is not None
+        by_core = h.pid in cored and cored[h.pid].signal is not None and cored[h.pid].ended
         died_by_signal = h.pid in ended and rc is not None and rc < 0
-        if h.cwd is None or not (by_core or died_by_signal):
+        if h.cwd is None or not (by_core or died_by_signal) or \
+                (cancel is not None and cancel.is_set()):
             continue
         if not corekill.ours(h.cwd, run_dir):
             postmortem.discard_core(h.pid, h.cwd)  # never left in a user's folder

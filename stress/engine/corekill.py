@@ -79,6 +79,7 @@ def dump(pid: int, poll: Callable[[], int | None], wait_s: float = CORE_WAIT_S) 
     sig = next((s for s in _CORE_SIGNALS if s not in caught), None)
     if sig is None:
         return CoreKill(None, False, "it handles SIGQUIT and SIGABRT: no core signal sent")
+    note = postmortem.allow_core(pid)  # the evidence budget may have turned its cores off
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
@@ -90,8 +91,9 @@ def dump(pid: int, poll: Callable[[], int | None], wait_s: float = CORE_WAIT_S) 
     if rc is not None and rc != -int(sig):
         return CoreKill(None, True, f"it died by {signal_name(rc) or rc} before "
                         f"our {sig.name} arrived", time.monotonic() - t0, other=rc)
-    return CoreKill(sig.name, rc is not None, "" if rc is not None else
-                    f"still there {wait_s:g} s after {sig.name}", time.monotonic() - t0)
+    if rc is None:
+        note = "; ".join(n for n in (note, f"still there {wait_s:g} s after {sig.name}") if n)
+    return CoreKill(sig.name, rc is not None, note, time.monotonic() - t0)
 
 
 def settle(poll: Callable[[], int | None], wait_s: float = CORE_WAIT_S) -> int | None:

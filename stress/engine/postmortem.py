@@ -83,6 +83,20 @@ def prepare_child(parent_pid: int | None = None) -> None:
         procstate.allow_parent_ptrace(parent_pid)
 
 
+def allow_core(pid: int) -> str:
+    """Raises live process `pid`'s soft core limit to what prepare_child gives (up to its hard
+    limit), before a kill that should leave a core; "" or why it could not."""
+    try:
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
+        cap = _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(hard,
+                                                                              _CORE_LIMIT_BYTES)
+        if soft != resource.RLIM_INFINITY and soft < cap:
+            resource.prlimit(pid, resource.RLIMIT_CORE, (cap, hard))
+        return "" if cap > 0 else "its hard core limit is 0: no core"
+    except (OSError, ValueError) as exc:
+        return f"core limit not raised: {exc}"
+
+
 # ---- finding the core -------------------------------------------------------------------
 def read_core_pattern() -> tuple[str, bool]:
     """/proc/sys/kernel/core_pattern and core_uses_pid (read only, never written)."""

@@ -133,6 +133,7 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
             # the stall is decided: a core (dumped by the kill, or by a death during the
             #   evidence) stands in for native frames no live reader gave
             how = ""
+            by_itself = proc.poll() is not None or bool(ev.stacks.died)  # before our kill
             if proc.poll() is None and corekill.wanted(ev.stacks, own_cwd=True) and \
                     not ev.in_d_state():
                 k = corekill.dump(proc.pid, proc.poll)
@@ -145,7 +146,7 @@ def _one(python: str, driver: str, env: dict[str, str], teardown_timeout_s: floa
                                                                     Path(cwd), since_wall=since),
                                            how)
             facts = ev.summary(proc.pid)
-            if proc.returncode is not None:  # it died while its evidence was taken
+            if by_itself and proc.returncode is not None:  # died while its evidence was taken
                 facts["after_verdict"] = corekill.after_verdict(proc.returncode, ev.stacks)
                 facts["exit_code"] = proc.returncode
             stall = _Stall(limit_s, ev.files(), facts)

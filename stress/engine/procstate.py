@@ -221,9 +221,21 @@ def is_dead(pid: int) -> bool:
     pending = parse_sigmask(fields.get("ShdPnd", "0").strip()) | \
         parse_sigmask(fields.get("SigPnd", "0").strip())
     handled = parse_sigmask(fields.get("SigCgt", "0").strip()) | \
-        parse_sigmask(fields.get("SigIgn", "0").strip())
+        parse_sigmask(fields.get("SigIgn", "0").strip()) | \
+        parse_sigmask(fields.get("SigBlk", "0").strip())  # blocked: may never arrive
     return any(n not in handled and n not in _DEFAULT_IGNORED and n not in _STOPPING
                for n in pending)
+
+
+def exiting(pid: int) -> bool:
+    """True when `pid` is gone, a zombie, or writing its core: its death is under way and
+    its exit status will say what it was (stricter than is_dead: no pending signal counts)."""
+    text = _read(Path(f"/proc/{pid}/status"))
+    if text is None:
+        return True
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return fields.get("State", "").strip()[:1] in ("Z", "X") or \
+        fields.get("CoreDumping", "0").strip() == "1"
 
 
 def maps_library(pid: int, needles: Sequence[str]) -> str | None:

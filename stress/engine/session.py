@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from stress.engine import capture, exitpaths, postmortem, telemetry, timeline, watchdog
+from stress.engine import (
+    capture,
+    exitpaths,
+    postmortem,
+    procstate,
+    telemetry,
+    timeline,
+    watchdog,
+)
 from stress.engine.attribution import Attribution, attribute, window_tokens
 from stress.engine.config import SoakConfig
 from stress.engine.forkclient import ForkServerDown, ForkServerUnsafe
@@ -426,6 +434,8 @@ class Session:
         """Fires once per worker after it imported the runtime (with facts for the first)."""
         h.facts = payload
         h.hello_at = time.monotonic()
+        if not h.cores:  # its start-up (prepare_child) raised the core limit again
+            capture.no_cores(h.pid)
         if not self.facts and "iree_runtime" in payload:
             self.facts = payload
             self.store.update_manifest(self.run_id, self.manifest())
@@ -615,7 +625,8 @@ class Session:
                     h.journal(), now_ns, limits, started_ns=int(h.started * 1e9),
                     bye_ns=int(h.bye_at * 1e9) if h.bye_at is not None else None,
                     stop_ns=int(h.stop_sent_at * 1e9) if h.stop_sent_at is not None else None)
-            if found is not None:
+            if found is not None and not procstate.exiting(h.pid):  # one dying (writing its
+                #   core as the deadline passed) is a crash: on_exit records it
                 stuck.append((h, found))
         return stuck
 

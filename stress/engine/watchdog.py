@@ -63,7 +63,13 @@ def scan(reader: JournalReader | None, now_ns: int, limits: Limits, *, started_n
             if age > silence and (now_ns - newest) / 1e9 > silence:
                 job_stuck = Stuck(slot, step, step.label, False, age)
             continue
-        limit = limits.teardown_timeout_s if step.is_teardown() else limits.timeout_s
+        # once the worker said goodbye its jobs are done: a step in flight is an exit path's
+        #   own device work (exit-inflight's `queue`, exit-thread's helper): it has the exit's
+        #   deadline, and a stall in it is a hang at that step, not at worker-exit (the bye is
+        #   noted when the parent reads it, which may be after the step began)
+        after_bye = bye_ns is not None
+        limit = limits.teardown_timeout_s if step.is_teardown() or after_bye else \
+            limits.timeout_s
         if age > limit:
             late.append((ts, Stuck(slot, step, step.label, step.is_teardown(), age)))
     if late:

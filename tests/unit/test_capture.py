@@ -101,10 +101,14 @@ def test_the_evidence_budget_spends_the_first_n_then_every_n_times_a_power_of_tw
     assert all(capture.spend(other, "k", 0)[0] for _ in range(20))  # 0: no budget
 
 
-def test_the_evidence_mode_is_known_before_the_core_is_read_and_teardown_steps_are_one() -> None:
+def test_the_evidence_mode_is_known_before_the_core_is_read_and_keeps_step_and_pattern(
+        ) -> None:
     from stress.vocab import FailureClass
 
-    exit_key = capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "worker-exit")
-    assert exit_key == capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "device-release")
-    assert exit_key != capture.evidence_key(FailureClass.CRASH, "SIGABRT", "worker-exit")
-    assert exit_key != capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "invoke")
+    exit_key = capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "worker-exit", "exit-clean")
+    assert exit_key != capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "device-release",
+                                            "exit-clean")
+    assert exit_key != capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "worker-exit",
+                                            "exit-alive")
+    assert exit_key != capture.evidence_key(FailureClass.CRASH, "SIGABRT", "worker-exit",
+                                            "exit-clean")

@@ -22,6 +22,10 @@ FULL = ["0x1 in pthread_join () from /lib/x86_64-linux-gnu/libc.so.6",
         "0x4 in dict_dealloc (mp=0x1) at Objects/dictobject.c:2000"]
 SHORT = FULL[:2]  # gdb's unwind stopped a frame earlier
 BARE = ["0x1 in ?? ()", f"0x2 in ?? () from {RT}", "0x3 in ?? ()"]  # no symbols (the H200)
+SYM = [FULL[0], f"0x2 in iree_hal_task_device_destroy () from {RT}",
+       f"0x3 in iree_vm_ref_release () from {RT}", "0x4 in Py_DECREF (op=0x0)"]
+NO_LIBC = [SYM[0], f"0x2 in ?? () from {RT}", *SYM[2:]]  # one runtime symbol missing
+ALIVE = ["0x1 in ?? ()", f"0x2 in ?? () from {RT}", FULL[2]]  # exit-alive's own crash
 OTHER = [f"0x1 in iree_task_worker_main () from {RT}", f"0x2 in ?? () from {RT}",
          "0x3 in start_thread () from /lib/x86_64-linux-gnu/libc.so.6"]
 
@@ -78,35 +82,78 @@ def test_two_different_crashes_are_never_merged(tmp_path: Path) -> None:
     assert len(signatures.build(data(rows))) == 2
 
 
-def test_an_unsymbolized_unwind_folds_into_the_symbolized_one_of_its_mode(tmp_path: Path) -> None:
-    rows = [crash_row(0, core_folder(tmp_path, "a", FULL)),
-            crash_row(1, core_folder(tmp_path, "b", BARE))]
+def test_an_unsymbolized_frame_of_a_known_module_folds_into_the_symbolized_unwind(
+        tmp_path: Path) -> None:
+    rows = [crash_row(0, core_folder(tmp_path, "a", SYM)),
+            crash_row(1, core_folder(tmp_path, "b", NO_LIBC))]
     sigs = signatures.build(data(rows))
     assert len(sigs) == 1 and sigs[0].count == 2
-    assert list(sigs[0].merged) == ["?? [] < ?? [_runtime.so] < ?? [] (2 frame(s) unsymbolized)"]
+    assert list(sigs[0].merged) == ["pthread_join < ?? [_runtime.so] < iree_vm_ref_release "
+                                    "(1 frame(s) unsymbolized)"]
 
 
-def test_a_known_key_from_a_symbolized_run_matches_the_unsymbolized_run_and_says_how(
+def test_a_frame_outside_every_module_is_not_a_missing_symbol(tmp_path: Path) -> None:
+    """The join segfault in device release and exit-alive's crash at exit (a jump to an
+    address outside every module) share `?? [_runtime.so] < Py_DECREF`: two modes."""
+    rows = [crash_row(0, core_folder(tmp_path, "a", FULL))]
+    alive = crash_row(1, core_folder(tmp_path, "b", ALIVE))
+    alive["last_step"], alive["pattern"] = "worker-exit", "exit-alive"
+    sigs = signatures.build(data([*rows, alive]))
+    assert len(sigs) == 2 and not any(s.merged for s in sigs)
+
+
+def test_a_shorter_unwind_at_another_precise_step_is_not_folded(tmp_path: Path) -> None:
+    full = crash_row(0, core_folder(tmp_path, "a", FULL))
+    short = crash_row(1, core_folder(tmp_path, "b", SHORT))
+    short["last_step"] = "worker-exit"  # same `teardown` key step, another precise step
+    assert len(signatures.build(data([full, short]))) == 2
+
+
+def test_a_known_key_from_a_symbolized_run_matches_an_unwind_without_some_symbols(
+        tmp_path: Path) -> None:
+    cpu = signatures.build(data([crash_row(0, core_folder(tmp_path, "a", SYM))]))[0]
+    stripped = signatures.build(data([crash_row(0, core_folder(tmp_path, "b", NO_LIBC))]))[0]
+    assert cpu.id != stripped.id
+    f = tmp_path / "known.toml"
+    f.write_text(f'[[known]]\nkey = "{cpu.key.detailed()}"\nnote = "teardown join segfault"\n')
+    kf = known.load(f)
+    assert kf.lookup_signature(cpu) is not None and cpu.known_how == ""  # exact
+    hit = kf.lookup_signature(stripped)
+    assert hit is not None and hit.note == "teardown join segfault"
+    assert stripped.known_how == \
+        f"matched {cpu.key.detailed()!r} compatibly: 1 frame(s) unsymbolized"
+    other = signatures.build(data([crash_row(0, core_folder(tmp_path, "c", OTHER))]))[0]
+    assert kf.lookup_signature(other) is None
+
+
+def test_an_unwind_with_no_symbols_or_modules_is_not_made_known_and_the_report_says_why(
         tmp_path: Path) -> None:
     cpu = signatures.build(data([crash_row(0, core_folder(tmp_path, "a", FULL))]))[0]
     h200 = signatures.build(data([crash_row(0, core_folder(tmp_path, "b", BARE))]))[0]
-    assert cpu.id != h200.id
     f = tmp_path / "known.toml"
-    f.write_text(f'[[known]]\nkey = "{cpu.key.text()}"\nnote = "teardown join segfault"\n')
-    kf = known.load(f)
-    assert kf.lookup_signature(cpu) is not None and cpu.known_how == ""  # exact
-    hit = kf.lookup_signature(h200)
-    assert hit is not None and hit.note == "teardown join segfault"
-    assert h200.known_how == f"matched {cpu.key.text()!r} compatibly: 2 frame(s) unsymbolized"
-    other = signatures.build(data([crash_row(0, core_folder(tmp_path, "c", OTHER))]))[0]
-    assert kf.lookup_signature(other) is None
+    f.write_text(f'[[known]]\nkey = "{cpu.key.detailed()}"\nnote = "teardown join segfault"\n')
+    assert known.load(f).lookup_signature(h200) is None
+    assert h200.known_how.startswith("not the known key at line 1: frame 1 is unsymbolized "
+                                     "outside every known module")
+
+
+def test_a_known_key_from_a_poor_unwind_never_claims_a_richer_new_crash(tmp_path: Path) -> None:
+    h200 = signatures.build(data([crash_row(0, core_folder(tmp_path, "b", NO_LIBC[:2]))]))[0]
+    fresh = signatures.build(data([crash_row(0, core_folder(tmp_path, "n", SYM))]))[0]
+    assert signatures.compatible(fresh.key, h200.key)  # one mode, as far as frames can tell
+    f = tmp_path / "known.toml"
+    f.write_text(f'[[known]]\nkey = "{h200.key.detailed()}"\nnote = "seen on the H200"\n')
+    assert known.load(f).lookup_signature(fresh) is None  # but a poorer entry claims nothing
 
 
 @pytest.mark.parametrize(("a", "b", "why"), [
     ("crash|SIGSEGV|teardown||f < g < h|", "crash|SIGSEGV|teardown||f < g|",
      "unwind stopped early"),
-    ("crash|SIGSEGV|teardown||f < ?? [x.so] < h|", "crash|SIGSEGV|teardown||f < g < h|",
+    ("crash|SIGSEGV|teardown||f < ?? [x.so] < h|", "crash|SIGSEGV|teardown||f < g [x.so] < h|",
      "1 frame(s) unsymbolized"),
+    ("crash|SIGSEGV|teardown||f < ?? [x.so] < h|", "crash|SIGSEGV|teardown||f < g < h|", None),
+    ("crash|SIGSEGV|teardown||?? [x.so] < ?? [y.so] < h|",
+     "crash|SIGSEGV|teardown||f [x.so] < g [y.so] < h|", None),
     ("crash|SIGSEGV|teardown||f < g < h|", "crash|SIGABRT|teardown||f < g|", None),
     ("crash|SIGSEGV|teardown||?? < ?? < ??|", "crash|SIGSEGV|teardown||f < g < h|", None),
     ("crash|SIGSEGV|teardown||f < g < h|", "crash|SIGSEGV|teardown||f < g < k|", None),
@@ -123,3 +170,33 @@ def test_an_unsymbolized_frame_of_another_module_is_not_compatible() -> None:
     b = SignatureKey("crash", "SIGSEGV", "teardown", "", ("f", "g", "h"), "",
                      ("libc.so", "_runtime.so", "python"))
     assert signatures.compatible(a, b) is None
+
+
+def test_a_known_key_that_is_not_a_key_is_refused_in_one_line(tmp_path: Path) -> None:
+    from stress.errors import UsageError
+
+    f = tmp_path / "known.toml"
+    f.write_text('[[known]]\nkey = "crash SIGSEGV teardown"\nnote = "typo"\n')
+    with pytest.raises(UsageError, match=r"known.toml:1: `key` must be a signature key"):
+        known.load(f)
+
+
+def test_counted_crashes_join_their_modes_one_sampled_signature_and_never_a_guess(
+        tmp_path: Path) -> None:
+    """Issue 24 item 4 (review): crashes past the evidence budget have no stacks; they join the
+    sampled signature of their budget mode only when that mode sampled exactly one."""
+    def row(i: int, frames: list[str] | None, key: str, full: bool) -> dict[str, Any]:
+        r = crash_row(i, core_folder(tmp_path, f"r{i}", frames) if frames else "")
+        r["artifacts"] = r["artifacts"] or None
+        r["evidence"] = {"evidence_budget": {"key": key, "full": full, "cores": full}}
+        return r
+
+    one = "crash|SIGSEGV|device-release|per-call"
+    rows = [row(0, FULL, one, True), row(1, FULL, one, True), row(2, None, one, False)]
+    sigs = signatures.build(data(rows))
+    assert len(sigs) == 1 and (sigs[0].evidence_full, sigs[0].evidence_counted) == (2, 1)
+    two = "crash|SIGSEGV|worker-exit|exit-clean"
+    rows = [row(10, FULL, two, True), row(11, OTHER, two, True), row(12, None, two, False)]
+    sigs = signatures.build(data(rows))
+    assert len(sigs) == 3 and sum(s.evidence_counted for s in sigs) == 1
+    assert next(s for s in sigs if s.evidence_counted).frames == ()

@@ -161,3 +161,19 @@ def test_a_worker_told_to_stop_is_judged_from_its_last_progress(
     limit = LIMITS.timeout_s + LIMITS.teardown_timeout_s + LIMITS.stop_grace_s
     assert scan(r, int(1040 * S + (limit - 1) * S), stop_ns=1000 * S) is None
     assert scan(r, int(1040 * S + (limit + 1) * S), stop_ns=1000 * S) is not None
+
+
+def test_a_stall_in_an_exit_paths_own_device_work_after_bye_is_a_hang_at_that_step(
+        tmp_path: Path) -> None:
+    """exit-inflight's `queue` runs after goodbye: past the exit's deadline it is a hang at
+    `queue`, not a teardown hang at worker-exit (issue 24 item 3)."""
+    w, r = journal(tmp_path)
+    t = w.acquire()
+    t.begin(Step.JOB)
+    t.end(Step.JOB)
+    bye = newest_ts(r)
+    t.begin(Step.WORKER_EXIT)
+    t.begin(Step.QUEUE)
+    assert scan(r, bye + 14 * S, bye_ns=bye) is None
+    stuck = scan(r, bye + 16 * S, bye_ns=bye)
+    assert stuck is not None and stuck.step is Step.QUEUE and not stuck.teardown
