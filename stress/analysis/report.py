@@ -40,9 +40,10 @@ def _label(s: Signature) -> str:
         return "message"
     if s.frames or not s.key.message or s.cls == gpuidle.CLASS:
         return "frames"
-    if s.key.message.startswith(signatures.FAILED_TESTS):
+    first = s.rows[0] if s.rows else {}
+    if s.cls == "failed" and s.key.message == signatures.tests_message(first):
         return "tests"
-    return "process" if s.key.message.startswith(signatures.CHILD) else "last output"
+    return "process" if s.key.message == signatures.child_message(first) else "last output"
 
 
 @dataclass

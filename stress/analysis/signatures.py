@@ -47,7 +47,6 @@ _HANG_CLASSES: frozenset[str] = frozenset({"hang", "teardown_hang"})
 _STATUS_CLASSES: frozenset[str] = frozenset({"failed"})  # one row per process, no stack: an
 #   exit status
 TESTS_IN_KEY: int = 3  # failing test ids in a `failed` key (sorted): more only say "..."
-FAILED_TESTS: str = "failed: "  # a `failed` key's message: the failing tests
 CHILD: str = "child "  # a child's crash without frames: the process's name
 _THREAD_STATES: frozenset[str] = frozenset({"busy", "blocked"})
 TEARDOWN: str = "teardown"
@@ -273,7 +272,7 @@ def tests_message(row: dict[str, Any]) -> str:
     if not names:
         return ""
     more = len(names) > TESTS_IN_KEY or int(tests.get("failed_count") or 0) > len(names)
-    return FAILED_TESTS + ", ".join(names[:TESTS_IN_KEY]) + (", ..." if more else "")
+    return ", ".join(names[:TESTS_IN_KEY]) + (", ..." if more else "")
 
 
 def child_message(row: dict[str, Any]) -> str:

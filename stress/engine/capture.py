@@ -295,7 +295,7 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     cls = FailureClass.ERROR if said_bye and sig is None else FailureClass.CRASH
     child = None
     if h.group is not None:  # an exec job: its group's processes (children.py)
-        cls, child = exec_class(h, sig, said_bye, cls)
+        cls, child = children.exec_class(h, sig, said_bye, cls)
         sig = child.signal if child is not None else sig
     # the core to read: the process's own, or the crashed child's (moved into the run folder)
     core_pid, core_dir, core_exe = h.pid, h.cwd, h.exe or s.python
@@ -349,14 +349,14 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
         facts["evidence_budget"] = budget
     if h.describe is not None:
         facts.update(h.describe())
+    if child is not None:
+        facts["child_crash"] = child.as_dict()
     meta = {"class": cls.value, "signal": sig, "exit_code": rc, "said_bye": said_bye,
             "last_step": attr.last_step, "in_flight": attr.in_flight,
             "attribution": attr.method, "native_tid": attr.native_tid, **facts,
             # upper bound: the last journal record precedes the death
             "timing": {"noticed_after_last_record_s": (noticed_ns - attr.last_record_ns) / 1e9
                        if attr.last_record_ns else None}}
-    if child is not None:
-        facts["child_crash"] = child.as_dict()
     files = {} if crash else {
         "stacks.txt": "# none\nthe process exited with a status, not a signal: no stack\n"
         + (f"its child died by {child.signal}: {child.line}\n" if child else "")}
@@ -376,23 +376,6 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
 _OUTCOMES: dict[FailureClass, str] = {FailureClass.CRASH: "crash",
                                       FailureClass.FAILED: "failed"}  # a worker row's outcome
 #   ("failed" is never a process-exit exposure: it failed while running, at step `run`)
-
-
-def exec_class(h: WorkerHandle, sig: str | None, said_bye: bool, cls: FailureClass
-               ) -> tuple[FailureClass, children.ChildCrash | None]:
-    """An exec job's class, and the process of its group to blame. The command killed by a
-    signal: its own crash (its children's cores are not read). Else a process of its group
-    killed by one (a compiler the test ran; `children.GroupWatch.crashed`): a `crash` with
-    that process's signal, led by its frames, whatever the command printed. Else a non-zero
-    exit before its done marker is `failed`: the command said its tests failed. After the
-    marker it stays an `error` at worker-exit (the work was done; its exit failed)."""
-    if sig is not None or h.group is None:
-        return cls, None
-    deaths = h.signal_deaths() if h.signal_deaths is not None else []
-    child = h.group.crashed(deaths)
-    if child is not None:
-        return FailureClass.CRASH, child
-    return (cls if said_bye else FailureClass.FAILED), None
 
 
 _EVIDENCE_BATCHES: int = 4  # hang batches whose evidence is taken at once (8 stack tools each)

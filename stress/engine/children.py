@@ -40,10 +40,14 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stress.engine import postmortem, procstate
 from stress.engine.testlog import SignalDeath
+from stress.vocab import FailureClass
+
+if TYPE_CHECKING:
+    from stress.engine.workermanage import WorkerHandle
 
 CHILD_CORES: str = "children"  # RUN/cores/children/: one folder for every job's (a folder per
 #   job would leave thousands of empty ones; a core's name has its pid)
@@ -56,6 +60,9 @@ TREE_DEPTH: int = 4  # the search under the command's folder: build/bin/tests/co
 TREE_ENTRIES: int = 20_000  # ...and its bound: ~0.1 s here, paid only by a failed job whose
 #   output or kernel log says a child died and whose core was not found elsewhere
 _CLOCK_SLACK_S: float = 2.0  # a core's mtime may precede the job's start by this (coarse clocks)
+_KERNEL_SLACK_S: float = 0.2  # a kernel line this far before the job's start may be its own
+#   (printk's clock drifts from the wall clock by milliseconds); more would take the line of
+#   the previous job, which ended only a pytest teardown (~0.3 s) before this one started
 _KERNEL_FAULT = re.compile(r"(?:^|\s)(\S+)\[(\d+)\]:? (segfault at|general protection|"
                            r"trap (divide error|invalid opcode|int3))")
 _KERNEL_SIGNALS: dict[str, str] = {"divide error": "SIGFPE", "invalid opcode": "SIGILL",
@@ -151,7 +158,8 @@ class GroupWatch:
     `discard`."""
 
     def __init__(self, leader: int, cwd: Path, dest: Path, started_wall: float,
-                 core_pattern: tuple[str, bool] | None = None) -> None:
+                 core_pattern: tuple[str, bool] | None = None,
+                 claimed: dict[int, None] | None = None) -> None:
         self.leader = leader
         self.cwd = cwd
         self.dest = dest  # created at the first core moved (a clean job leaves no folder)
@@ -164,7 +172,12 @@ class GroupWatch:
         self.tids: dict[int, int] = {}  # tid -> its process, for kernel log lines
         self.cores: dict[int, tuple[Path, postmortem.CoreNotes]] = {}  # pid -> where, notes
         self.waiting: dict[Path, int] = {}  # cores still being written: path -> pid
+        self.foreign: dict[Path, tuple[float, int]] = {}  # cores not ours (another session's,
+        #   the command's own), by mtime and size: not read again while they stay the same
         self.last_sweep = 0.0
+        self.claimed = claimed if claimed is not None else {}  # kernel lines' tids already
+        #   blamed by a job (shared by its runner's jobs: copies running at once, of one
+        #   command, each take a line of their own)
 
     # ---- while it runs ---------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:
@@ -185,9 +198,9 @@ class GroupWatch:
                 self.dirs[cwd] = None
             if pid == self.leader:
                 continue
-            try:  # every tick: a compiler starts its thread pool after its first sample
-                if pid not in self.names:
-                    self.names[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+            try:  # every tick: a forked child execs its program, a compiler starts its
+                #   thread pool, after their first sample
+                self.names[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
                 tasks = os.listdir(f"/proc/{pid}/task")
             except OSError:
                 continue
@@ -210,9 +223,17 @@ class GroupWatch:
         folders (module doc). `final`: the job has ended (its group is dead): a core whose
         process seems alive is taken too (its pid was reused)."""
         for path in paths if paths is not None else self._candidates():
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            if self.foreign.get(path) == (st.st_mtime, st.st_size):
+                continue
             notes = postmortem.read_core_notes(path)
-            if notes is None or notes.sid != self.leader or notes.pid == self.leader or \
-                    notes.pid in self.cores:
+            if notes is None or notes.sid != self.leader or notes.pid == self.leader:
+                self.foreign[path] = (st.st_mtime, st.st_size)  # (one being written grows)
+                continue
+            if notes.pid in self.cores:
                 continue
             if not final and not _finished_dumping(notes.pid):
                 self.waiting[path] = notes.pid
@@ -255,17 +276,17 @@ class GroupWatch:
                         found.append(path)
         self.sweep(final=True, paths=found)
 
-    def crashed(self, deaths: list[SignalDeath], kernel_lines: list[str] | None = None
+    def crashed(self, deaths: list[SignalDeath], kernel: procstate.KernelLog | None = None
                 ) -> ChildCrash | None:
         """The process of the group that died by a signal (module doc), or None. `deaths`:
-        what the output says; `kernel_lines`: the kernel log since the job started (None:
-        read here when no core answers)."""
+        what the output says; `kernel`: the kernel log since the job started (None: read
+        here when no core answers)."""
         self.sweep(final=True)
         hits: list[tuple[str, int, str, str]] = []
         if not self.cores:
-            if kernel_lines is None:
-                kernel_lines = procstate.kernel_log_tail(self.started_wall).lines
-            hits = self._kernel_hits(kernel_lines, deaths)
+            if kernel is None:
+                kernel = procstate.kernel_log_tail(self.started_wall)
+            hits = self._kernel_hits(kernel.stamped(), deaths)
             if deaths or hits:
                 self.search_tree()
         if self.cores:
@@ -275,6 +296,9 @@ class GroupWatch:
                               notes.executable(), notes.args, notes.tids)
         if hits:
             comm, tid, sig, line = hits[0]
+            self.claimed[tid] = None
+            while len(self.claimed) > SEEN_KEPT:
+                del self.claimed[next(iter(self.claimed))]
             pid = self.tids.get(tid, tid)
             return ChildCrash(self.names.get(pid, comm), sig, "kernel log", pid, None, None,
                               line.strip(), [tid])
@@ -283,20 +307,20 @@ class GroupWatch:
             return ChildCrash(d.name, d.signal, "output", line=d.line)
         return None
 
-    def _kernel_hits(self, lines: list[str], deaths: list[SignalDeath]
+    def _kernel_hits(self, lines: list[tuple[float | None, str]], deaths: list[SignalDeath]
                      ) -> list[tuple[str, int, str, str]]:
-        """(comm, tid, signal, line) of the kernel's fault lines of a thread seen in the
-        group, or of a process the output names as killed by that signal (a kernel comm is
-        15 characters)."""
+        """(comm, tid, signal, line) of the kernel's fault lines logged since the job started
+        (unstamped ones too) of a thread seen in the group, or of a process the output names
+        as killed by that signal (a kernel comm is 15 characters), not blamed already."""
         named = {(d.name[:15], d.signal) for d in deaths if d.name}
         out = []
-        for line in lines:
+        for when, line in lines:
             m = _KERNEL_FAULT.search(line)
-            if m is None:
+            if m is None or when is not None and when < self.started_wall - _KERNEL_SLACK_S:
                 continue
             comm, tid = m.group(1), int(m.group(2))
             sig = _KERNEL_SIGNALS.get(m.group(4) or "", "SIGSEGV")
-            if tid == self.leader:
+            if tid == self.leader or tid in self.claimed:
                 continue
             if tid in self.tids or (comm[:15], sig) in named:
                 out.append((comm, tid, sig, line))
@@ -322,3 +346,20 @@ class GroupWatch:
         """For the failure's evidence: what the watch saw of the group."""
         return {"processes_seen": len(self.names), "cores": len(self.cores),
                 "folders": [str(d) for d in self.dirs]}
+
+
+def exec_class(h: WorkerHandle, sig: str | None, said_bye: bool, cls: FailureClass
+               ) -> tuple[FailureClass, ChildCrash | None]:
+    """An exec job's class, and the process of its group to blame. The command killed by a
+    signal: its own crash (its children's cores are not read). Else a process of its group
+    killed by one (a compiler the test ran; `children.GroupWatch.crashed`): a `crash` with
+    that process's signal, led by its frames, whatever the command printed. Else a non-zero
+    exit before its done marker is `failed`: the command said its tests failed. After the
+    marker it stays an `error` at worker-exit (the work was done; its exit failed)."""
+    if sig is not None or h.group is None:
+        return cls, None
+    deaths = h.signal_deaths() if h.signal_deaths is not None else []
+    child = h.group.crashed(deaths)
+    if child is not None:
+        return FailureClass.CRASH, child
+    return (cls if said_bye else FailureClass.FAILED), None

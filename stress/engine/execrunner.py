@@ -465,6 +465,7 @@ class ExecRunner:
         self.cores_collide = not pattern.startswith("|") and "%p" not in pattern and \
             not uses_pid and not pattern.startswith("/")
         self.spare_fds: dict[int, tuple[Proc, int]] = {}  # exit_fd's pipe ends, no pidfd
+        self.kernel_claimed: dict[int, None] = {}  # kernel fault lines a job blamed already
 
     def _close_spares(self, every: bool = False) -> None:
         for pid, (p, fd) in list(self.spare_fds.items()):
@@ -525,7 +526,7 @@ class ExecRunner:
                          err_path, ephemeral=True, messages=False)
         self.slots.hold(slot, h)
         group = GroupWatch(proc.pid, cwd, spec.run_dir.resolve() / postmortem.CORES_FOLDER /
-                           CHILD_CORES, time.time(), self.core_pattern)
+                           CHILD_CORES, time.time(), self.core_pattern, self.kernel_claimed)
         judge = ExecJudge(job, proc.pid, time.monotonic_ns(), time.time(), spec.timeout_s,
                           spec.teardown_timeout_s, OutputWatch((out_path, err_path),
                                                                self.pattern),

@@ -73,17 +73,19 @@ def cores_under(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and read_core_notes(p) is not None]
 
 
-def soak_pytest(tmp_path: Path, test_file: str, jobs: int, env: dict[str, str]
-                ) -> tuple[Path, Path, dict[str, object]]:
+def soak_pytest(tmp_path: Path, test_file: str, jobs: int, env: dict[str, str],
+                wrap: tuple[str, ...] = ()) -> tuple[Path, Path, dict[str, object]]:
     """`soak --engine exec -- python -m pytest -q FILE` started in tmp_path/proj (the user's
-    folder, where the tests and their processes run); (proj, run folder, summary)."""
+    folder, where the tests and their processes run), under `wrap` (run_cli's prefix);
+    (proj, run folder, summary)."""
     proj, run = tmp_path / "proj", tmp_path / "run"
     proj.mkdir()
     (proj / "test_models.py").write_text(test_file)
-    res = run_cli("soak", "--engine", "exec", "-n", str(jobs), "--timeout", "60s", "--json",
-                  "-q", "--results", str(run), *[f"--env={k}={v}" for k, v in env.items()],
+    res = run_cli("soak", "--engine", "exec", "-n", str(jobs), "--timeout", "60s",
+                  "--json", "-q", "--results", str(run),
+                  *[f"--env={k}={v}" for k, v in env.items()],
                   "--", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                  "test_models.py", timeout=400, cwd=proj)
+                  "test_models.py", timeout=400, cwd=proj, prefix=wrap)
     assert res.rc == 1, res.stdout[-2000:] + res.stderr[-3000:]
     return proj, run, json.loads(res.stdout)
 
@@ -128,6 +130,26 @@ def test_a_compiler_crash_inside_a_pytest_job_is_one_crash_led_by_the_compiler_s
     assert cores_under(run) == []  # each was read, then deleted
 
 
+def test_without_cores_a_compiler_crash_is_found_from_the_kernel_log_or_the_output(
+        tmp_path: Path, compilerlike: Path) -> None:
+    tools = compilerlike.parent / "tools"
+    # no core can be written (hard limit 0, as where `ulimit -c 0` is the rule): the kernel's
+    #   segfault line (where it can be read) or what iree.compiler and subprocess printed
+    proj, run, summary = soak_pytest(tmp_path, _TESTS, 2, {
+        "IREE_TOOL_PATH": str(tools), "COMPILERLIKE": str(tools / "iree-compile")},
+        wrap=("sh", "-c", 'ulimit -c 0 && exec "$@"', "sh"))
+    rows = failure_rows(run)
+    assert len(rows) == 2
+    for row in rows:
+        ev = json.loads(row["evidence"])
+        assert (row["class"], row["signal"]) == ("crash", "SIGSEGV"), dict(row)
+        assert ev["child_crash"]["name"] == "iree-compile", ev
+        assert ev["child_crash"]["source"] in ("kernel log", "output"), ev
+    sigs = summary["signatures"]  # type: ignore[index]
+    assert [s["key"] for s in sigs] == ["crash|SIGSEGV|run|||child iree-compile"]
+    assert cores_under(proj) == [] and cores_under(run) == []
+
+
 def test_a_plain_failing_test_is_failed_keyed_by_its_test_id_not_a_crash(
         tmp_path: Path) -> None:
     proj, run, summary = soak_pytest(tmp_path, _PLAIN, 2, {})
@@ -143,7 +165,10 @@ def test_a_plain_failing_test_is_failed_keyed_by_its_test_id_not_a_crash(
     assert summary["failures"]["failed"] == 2 and summary["failures"]["crash"] == 0  # type: ignore[index]
     sigs = summary["signatures"]  # type: ignore[index]
     assert [s["key"] for s in sigs] == [
-        "failed||run|||failed: test_models.py::test_result_is_right"]
+        "failed||run|||test_models.py::test_result_is_right"]
     report = run_cli("report", str(run), timeout=120)
     assert report.rc == 1, report.stderr[-2000:]
-    assert "failed 2" in report.stdout and "crash" not in report.stdout.split("FAILURES")[0]
+    answer = report.stdout.split("ANSWER", 1)[1].split("\nrun ", 1)[0]
+    assert "failed at run" in answer and "crash" not in answer, answer
+    assert "tests         test_models.py::test_result_is_right" in answer, answer
+    assert "failures  failed 2" in report.stdout

@@ -107,14 +107,15 @@ def test_a_failed_exec_job_keys_on_its_failing_tests_not_on_how_its_output_ends(
             _failed_row(4, "Traceback ...\nRuntimeError: no device\n", None)]
     sigs = signatures.build(_data(rows))
     by_msg = {s.key.message: s for s in sigs}
-    assert set(by_msg) == {"failed: t.py::test_a", "failed: t.py::test_a, t.py::test_b",
+    assert set(by_msg) == {"t.py::test_a", "t.py::test_a, t.py::test_b",
                            "Traceback ... / RuntimeError: no device"}  # no runner: its output
-    a = by_msg["failed: t.py::test_a"]
+    a = by_msg["t.py::test_a"]
     assert (a.cls, a.key.signal, a.key.step, a.count) == ("failed", None, "run", 2)
-    assert dict(report.Finding(a, None).rows())["tests"] == "failed: t.py::test_a"
+    assert dict(report.Finding(a, None).rows())["tests"] == "t.py::test_a"
+    assert a.describe() == "failed at run: t.py::test_a"
     many = signatures.tests_message({"evidence": {"tests": {
         "failed": [f"t.py::test_{i}" for i in range(5)], "failed_count": 5}}})
-    assert many == "failed: t.py::test_0, t.py::test_1, t.py::test_2, ..."
+    assert many == "t.py::test_0, t.py::test_1, t.py::test_2, ..."
 
 
 def test_a_child_s_crash_without_frames_keys_on_the_child_whichever_test_ran_it() -> None:

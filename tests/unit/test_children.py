@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from stress.engine import children
+from stress.engine import children, procstate
 from stress.engine.children import GroupWatch, core_name_globs
 from stress.engine.postmortem import read_core_notes
 from stress.engine.testlog import SignalDeath
@@ -25,11 +25,17 @@ def dead_pids(n: int) -> list[int]:
     return out
 
 
-def watch(tmp_path: Path, leader: int, pattern: str = "core") -> GroupWatch:
+def watch(tmp_path: Path, leader: int, pattern: str = "core", started: float = 0.0,
+          claimed: dict[int, None] | None = None) -> GroupWatch:
     user = tmp_path / "user"
-    user.mkdir(exist_ok=True)
-    return GroupWatch(leader, user, tmp_path / "run" / "cores" / children.CHILD_CORES, 0.0,
-                      (pattern, False))
+    user.mkdir(parents=True, exist_ok=True)
+    return GroupWatch(leader, user, tmp_path / "run" / "cores" / children.CHILD_CORES,
+                      started, (pattern, False), claimed)
+
+
+def klog(*lines: str) -> procstate.KernelLog:
+    """A kernel log read by dmesg (lines stamped in seconds since boot)."""
+    return procstate.KernelLog("dmesg", list(lines), None, 0.0)
 
 
 def test_core_names_follow_core_pattern_with_any_pid() -> None:
@@ -82,7 +88,7 @@ def test_the_first_core_of_the_group_is_the_crash_with_its_executable_from_the_c
     w.sweep()
     fake_core(w.cwd / "core", second, [second], 6, sid=leader, name="other")
 
-    crash = w.crashed([SignalDeath("iree-compile", "SIGSEGV", "Error code: -11")], [])
+    crash = w.crashed([SignalDeath("iree-compile", "SIGSEGV", "Error code: -11")], klog())
 
     assert crash is not None
     assert (crash.name, crash.signal, crash.source, crash.pid) == (
@@ -104,12 +110,30 @@ def test_without_a_core_a_kernel_fault_line_of_a_process_the_output_names_is_the
              "libIREECompiler.so[7f00+100]"]
     named = [SignalDeath("iree-compile", "SIGSEGV", "Error code: -11")]
 
-    crash = w.crashed(named, lines)
+    crash = w.crashed(named, klog(*lines))
 
     assert crash is not None and (crash.name, crash.pid, crash.source) == (
         "iree-compile", 4242, "kernel log")
     assert "libIREECompiler.so" in crash.line
-    assert w.crashed([], lines) is None  # nothing says 4242 was ours: not blamed
+    assert w.crashed([], klog(*lines)) is None  # nothing says 4242 was ours: not blamed
+
+
+def test_a_kernel_line_of_an_earlier_job_or_one_another_job_took_is_not_blamed(
+        tmp_path: Path) -> None:
+    import time
+
+    leader, other = dead_pids(2)
+    up = time.monotonic()  # dmesg stamps: seconds since boot
+    before = f"[{up - 5:.6f}] iree-compile[4242]: segfault at 0 ip 5 sp 6 error 6"
+    during = f"[{up + 1:.6f}] iree-compile[4343]: segfault at 0 ip 5 sp 6 error 6"
+    named = [SignalDeath("iree-compile", "SIGSEGV", "Error code: -11")]
+    claimed: dict[int, None] = {}
+    w = watch(tmp_path / "a", leader, started=time.time(), claimed=claimed)
+    crash = w.crashed(named, klog(before, during))
+    assert crash is not None and crash.pid == 4343  # 4242 crashed before this job began
+    w2 = watch(tmp_path / "b", other, started=time.time() - 1, claimed=claimed)
+    crash2 = w2.crashed(named, klog(before, during))
+    assert crash2 is not None and crash2.source == "output"  # 4343 was the first job's
 
 
 def test_a_kernel_line_of_a_thread_seen_in_the_group_needs_no_name_from_the_output(
@@ -118,7 +142,7 @@ def test_a_kernel_line_of_a_thread_seen_in_the_group_needs_no_name_from_the_outp
     w = watch(tmp_path, leader)
     w.tids[777] = 770  # a thread of process 770, seen while the job ran
     w.names[770] = "ctest-test"
-    crash = w.crashed([], ["traps: worker[777] trap divide error ip:1 sp:2 error:0 in t"])
+    crash = w.crashed([], klog("traps: worker[777] trap divide error ip:1 sp:2 error:0 in t"))
     assert crash is not None and (crash.name, crash.signal, crash.pid, crash.tids) == (
         "ctest-test", "SIGFPE", 770, [777])
 
@@ -128,10 +152,10 @@ def test_with_neither_core_nor_kernel_line_the_output_s_own_line_is_the_crash(
     (leader,) = dead_pids(1)
     w = watch(tmp_path, leader)
     said = SignalDeath("helper", "SIGSEGV", "Command '['./helper']' died with <Signals...>")
-    crash = w.crashed([said], [])
+    crash = w.crashed([said], klog())
     assert crash is not None and (crash.name, crash.source, crash.pid) == (
         "helper", "output", None)
-    assert w.crashed([], []) is None
+    assert w.crashed([], klog()) is None
 
 
 def test_a_core_written_in_a_test_s_own_build_folder_is_found_when_a_death_is_known(
@@ -144,7 +168,7 @@ def test_a_core_written_in_a_test_s_own_build_folder_is_found_when_a_death_is_kn
     (w.cwd / ".git" / "objects").mkdir(parents=True)  # hidden folders are not searched
 
     crash = w.crashed([SignalDeath("conv_crash", "SIGSEGV", "2 - conv_crash (SEGFAULT)")],
-                      [])
+                      klog())
 
     assert crash is not None and (crash.name, crash.pid) == ("conv_test", child)
     assert not (deep / "core").exists()
@@ -163,9 +187,10 @@ def test_the_group_s_live_processes_and_their_folders_are_noted_while_it_runs(
             if "sleep" in w.names.values():
                 break
             subprocess.run(["sleep", "0.05"])
-        assert "sleep" in w.names.values()
+        sleeper = [pid for pid, name in w.names.items() if name == "sleep"]
+        assert len(sleeper) == 1, w.names
         assert elsewhere in w.dirs  # where the child's core would land
-        assert set(w.names) <= set(w.tids.values())
+        assert w.tids.get(sleeper[0]) == sleeper[0]  # its thread, for kernel log lines
     finally:
         os.killpg(leader.pid, 9)
         leader.wait()
