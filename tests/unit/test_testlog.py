@@ -89,3 +89,8 @@ def test_a_long_list_of_failed_tests_is_cut_in_the_record_but_counted_whole() ->
     d = testlog.summarize(text).as_dict()
     assert len(d["failed"]) == testlog.FAILED_IDS_KEPT
     assert d["failed_count"] == testlog.FAILED_IDS_KEPT + 7
+
+
+def test_ctest_s_summary_wins_over_the_gtest_output_of_the_tests_it_ran() -> None:
+    s = testlog.summarize(log("gtest.txt") + log("ctest.txt"))  # --output-on-failure
+    assert s.runner == "ctest" and s.failed[0] == "conv_crash"
