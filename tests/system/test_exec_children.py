@@ -172,3 +172,32 @@ def test_a_plain_failing_test_is_failed_keyed_by_its_test_id_not_a_crash(
     assert "failed at run" in answer and "crash" not in answer, answer
     assert "tests         test_models.py::test_result_is_right" in answer, answer
     assert "failures  failed 2" in report.stdout
+
+
+def test_a_test_binary_crashing_under_ctest_in_its_build_folder_is_found_by_its_core(
+        tmp_path: Path, compilerlike: Path) -> None:
+    ctest = shutil.which("ctest")
+    if ctest is None:
+        pytest.skip("no ctest")
+    proj, run = tmp_path / "proj", tmp_path / "run"
+    tests = proj / "build" / "tests"  # each test's WORKING_DIRECTORY: where its core lands
+    tests.mkdir(parents=True)
+    (proj / "build" / "CTestTestfile.cmake").write_text("".join(
+        f'add_test({name} "{compilerlike}" "{arg}")\n'
+        f'set_tests_properties({name} PROPERTIES WORKING_DIRECTORY "{tests}")\n'
+        for name, arg in (("conv_ok", "conv.mlir"), ("conv_crash", "crash"))))
+    res = run_cli("soak", "--engine", "exec", "-n", "2", "--json", "-q", "--results", str(run),
+                  "--", ctest, "--test-dir", "build", timeout=300, cwd=proj)
+    assert res.rc == 1, res.stdout[-2000:] + res.stderr[-3000:]
+    rows = failure_rows(run)
+    assert len(rows) == 2
+    for row in rows:
+        ev = json.loads(row["evidence"])
+        assert (row["class"], row["signal"]) == ("crash", "SIGSEGV"), dict(row)
+        assert ev["child_crash"]["source"] == "core" and ev["child_crash"]["name"] == \
+            "compilerlike", ev
+        assert ev["crash_frames"][0] == "helper_crash_in_compile"
+        assert ev["tests"]["runner"] == "ctest" and ev["tests"]["failed"] == ["conv_crash"]
+    keys = [s["key"] for s in json.loads(res.stdout)["signatures"]]
+    assert len(keys) == 1 and keys[0].startswith("crash|SIGSEGV|run||helper_crash_in_compile")
+    assert cores_under(proj) == [] and cores_under(run) == []
