@@ -57,8 +57,9 @@ SWEEP_PERIOD_S: float = 0.25  # cores looked for while the job runs: a core move
 DIRS_KEPT: int = 16  # working directories of the group's processes looked at per sweep
 SEEN_KEPT: int = 4096  # thread ids of the group remembered (kernel log lines name a thread)
 TREE_DEPTH: int = 4  # the search under the command's folder: build/bin/tests/core is depth 3
-TREE_ENTRIES: int = 20_000  # ...and its bound: ~0.1 s here, paid only by a failed job whose
-#   output or kernel log says a child died and whose core was not found elsewhere
+TREE_ENTRIES: int = 20_000  # ...and its bound: 0.08 s here (200 folders x 100 files, a
+#   loaded 2-core VM), paid only by a failed job whose output or kernel log says a child died
+#   and whose core was not found elsewhere
 _CLOCK_SLACK_S: float = 2.0  # a core's mtime may precede the job's start by this (coarse clocks)
 _KERNEL_SLACK_S: float = 0.2  # a kernel line this far before the job's start may be its own
 #   (printk's clock drifts from the wall clock by milliseconds); more would take the line of
@@ -96,8 +97,8 @@ class ChildCrash:
 def core_name_globs(pattern: str, uses_pid: bool) -> list[str]:
     """File-name globs of the cores `core_pattern` gives any process (a relative pattern's
     name; the whole path of an absolute one): %p a number, other specifiers anything,
-    core_uses_pid's `.PID` suffix; `core` and `core.PID` always. [] for a pipe, which
-    writes no file. Pure."""
+    core_uses_pid's `.PID` suffix; `core` and `core.PID` always (all there is to look for
+    under a `|pipe` pattern, which writes no file itself). Pure."""
     out: list[str] = []
     if pattern and not pattern.startswith("|"):
         text, i, has_pid = "", 0, False
