@@ -63,7 +63,7 @@ TREE_ENTRIES: int = 20_000  # ...and its bound: 0.08 s here (200 folders x 100 f
 _CLOCK_SLACK_S: float = 2.0  # a core's mtime may precede the job's start by this (coarse clocks)
 _KERNEL_SLACK_S: float = 0.2  # a kernel line this far before the job's start may be its own
 #   (printk's clock drifts from the wall clock by milliseconds); more would take the line of
-#   the previous job, which ended only a pytest teardown (~0.3 s) before this one started
+#   the previous job, which may have ended moments before this one started
 _KERNEL_FAULT = re.compile(r"(?:^|\s)(\S+)\[(\d+)\]:? (segfault at|general protection|"
                            r"trap (divide error|invalid opcode|int3))")
 _KERNEL_SIGNALS: dict[str, str] = {"divide error": "SIGFPE", "invalid opcode": "SIGILL",

@@ -214,8 +214,9 @@ class ExecJudge:
 
 _TAIL_BYTES: int = 8192
 _REPORT_BYTES: int = 256 << 10  # output read for the runner's summary and signal deaths: a
-#   pytest report prints each failure's traceback (~5 KiB here, the subprocess source with
-#   it) before its short summary; 256 KiB holds dozens, and is read once per failed job
+#   pytest report prints each failure's traceback before its short summary (6 KiB for 4 in
+#   tests/data/testlogs/pytest.txt, one with subprocess.run's source); 256 KiB holds
+#   dozens, and is read once per failed job
 _DEATHS_KEPT: int = 5
 
 
