@@ -13,14 +13,20 @@ class FailureClass(str, enum.Enum):
     TEARDOWN_HANG = "teardown_hang"
     ERROR = "error"
     MISCOMPARE = "miscompare"
+    FAILED = "failed"  # exec jobs only: the user's command said its tests failed (a non-zero
+    #   exit, no signal, no process of its group killed by one); a rated class, as errors are
 
     def describe(self) -> str:
         return {
-            FailureClass.CRASH: "worker died by a signal or a non-zero exit we did not cause",
+            FailureClass.CRASH: "a process died by a signal (a worker, the user's command or a "
+                                "process it started), or a worker's non-zero exit we did not "
+                                "cause",
             FailureClass.HANG: "a step ran past --timeout",
             FailureClass.TEARDOWN_HANG: "work done, but release or process exit never finished",
             FailureClass.ERROR: "IREE returned an error status",
             FailureClass.MISCOMPARE: "wrong result (vs numpy reference or first result)",
+            FailureClass.FAILED: "the command exited non-zero, no process of it killed by a "
+                                 "signal: its tests failed",
         }[self]
 
 

@@ -33,6 +33,19 @@ FIRST_SCREEN: int = 6  # findings on the first screen; the rest are in the table
 FRAMES_SHOWN: int = 3
 
 
+def _label(s: Signature) -> str:
+    """What a finding's first line shows: a message (errors, miscompares), frames, or for an
+    exec failure without frames its failing tests, the process that died, or its output."""
+    if s.cls in ("error", "miscompare"):
+        return "message"
+    if s.frames or not s.key.message or s.cls == gpuidle.CLASS:
+        return "frames"
+    first = s.rows[0] if s.rows else {}
+    if s.cls == "failed" and s.key.message == signatures.tests_message(first):
+        return "tests"
+    return "process" if s.key.message == signatures.child_message(first) else "last output"
+
+
 @dataclass
 class Finding:
     """One line of the answer: a signature as a user reads it."""
@@ -95,8 +108,7 @@ class Finding:
     def rows(self) -> list[tuple[str, str]]:
         """The lines under the headline, as (label, text)."""
         s = self.signature
-        label = "message" if s.cls in ("error", "miscompare") else "last output" \
-            if s.key.message and not s.frames and s.cls != gpuidle.CLASS else "frames"
+        label = _label(s)
         out = [(label, self.frames()),
                ("how often", self.how_often()), ("where", self.where())]
         if self.others_tested:

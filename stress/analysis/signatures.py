@@ -12,7 +12,11 @@ the TOP_FRAMES taken. Frames enter the key without addresses, lines or library v
 and miscompares have no stacks: their key is class, step and the message with numbers blanked.
 A crash or hang of an exec job (the user's own command) without native frames keys on the last
 lines of its output instead (the evidence's `output_key`, kept by the exec engine), so two
-commands that die after different assertions are two modes, not one "crash at run".
+commands that die after different assertions are two modes, not one "crash at run". An exec job
+whose crash is a process of its group killed by a signal (`child_crash`: a compiler the test
+ran) keys on that process's frames like any crash, whichever test ran it; without frames, on
+the process's name. A `failed` exec job (its tests failed) keys on the failing test ids its
+runner printed (`tests`), else on its last output lines.
 The id is a hash of the key's text. What other threads were doing is not in the key (it would
 split one mode by accidental concurrency); correlation.py ranks it.
 """
@@ -40,6 +44,10 @@ TOP_FRAMES: int = 3  # meaningful frames in a key: Socorro's signatures average 
 DISPLAY_FRAMES: int = 8  # meaningful frames shown in reports (with their modules)
 _NON_STACK_CLASSES: frozenset[str] = frozenset({"error", "miscompare"})
 _HANG_CLASSES: frozenset[str] = frozenset({"hang", "teardown_hang"})
+_STATUS_CLASSES: frozenset[str] = frozenset({"failed"})  # one row per process, no stack: an
+#   exit status
+TESTS_IN_KEY: int = 3  # failing test ids in a `failed` key (sorted): more only say "..."
+CHILD: str = "child "  # a child's crash without frames: the process's name
 _THREAD_STATES: frozenset[str] = frozenset({"busy", "blocked"})
 TEARDOWN: str = "teardown"
 TEARDOWN_STEPS: frozenset[str] = frozenset({"device-release", "driver-release", "gc",
@@ -174,7 +182,7 @@ def _int(v: Any) -> int | None:
 
 def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> StackEvidence:
     """The failing thread's frames for one failure row (module doc)."""
-    if row["class"] in _NON_STACK_CLASSES:
+    if row["class"] in _NON_STACK_CLASSES or row["class"] in _STATUS_CLASSES:
         return StackEvidence()
     ev = row.get("evidence") or {}
     meta = _folder_meta(row.get("artifacts"))
@@ -249,6 +257,32 @@ def output_message(row: dict[str, Any]) -> str:
         return ""
     return OUTPUT_KEY_JOIN.join(k for x in lines if isinstance(x, str)
                                 for k in [message_key(x)] if k)
+
+
+def tests_message(row: dict[str, Any]) -> str:
+    """A failed exec job's failing tests, as its runner named them (`tests` in its evidence),
+    sorted, the first TESTS_IN_KEY of them; "" when no runner's summary was recognised."""
+    tests = (row.get("evidence") or {}).get("tests")
+    if not isinstance(tests, dict):
+        return ""
+    ids = tests.get("failed")
+    if not isinstance(ids, list):
+        return ""
+    names = sorted({t for t in ids if isinstance(t, str) and t})
+    if not names:
+        return ""
+    more = len(names) > TESTS_IN_KEY or int(tests.get("failed_count") or 0) > len(names)
+    return ", ".join(names[:TESTS_IN_KEY]) + (", ..." if more else "")
+
+
+def child_message(row: dict[str, Any]) -> str:
+    """`child NAME` for a crash of a process of an exec job's group (its evidence's
+    `child_crash`), "" otherwise: without frames, the process is the mode, not the test that
+    ran it."""
+    child = (row.get("evidence") or {}).get("child_crash")
+    if not isinstance(child, dict):
+        return ""
+    return CHILD + (str(child.get("name") or "") or "?")
 
 
 @dataclass(frozen=True)
@@ -608,11 +642,14 @@ def key_of(row: dict[str, Any], stack: StackEvidence | None = None) -> Signature
     if cls in _NON_STACK_CLASSES:
         return SignatureKey(cls, None, row.get("last_step") or "", "", (),
                             message_key(row.get("message") or ""))
+    if cls in _STATUS_CLASSES:
+        return SignatureKey(cls, None, row.get("last_step") or "", "", (),
+                            tests_message(row) or output_message(row))
     stack = stack if stack is not None else failing_stack(row)
     return SignatureKey(cls, row.get("signal") if cls == "crash" else None,
                         key_step(failing_step(row, stack), stack.frames), thread_state(row),
-                        stack.frames, "" if stack.frames else output_message(row),
-                        stack.modules)
+                        stack.frames, "" if stack.frames else
+                        child_message(row) or output_message(row), stack.modules)
 
 
 def build(data: RunData) -> list[Signature]:

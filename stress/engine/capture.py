@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stress.engine import corekill, evidence, postmortem, telemetry
+from stress.engine import children, corekill, evidence, postmortem, telemetry
 from stress.engine.attribution import Attribution, attribute
 from stress.engine.forkclient import RETURNCODE_LOST
 from stress.engine.forkserver import EXIT_CHILD_SETUP
@@ -257,6 +257,8 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     if h.killed_by_us:
         if h.cwd is not None:
             postmortem.discard_core(h.pid, h.cwd)  # our SIGKILL leaves no core; SIGABRT might
+        if h.group is not None:
+            h.group.discard()  # a hang's group: its processes' cores are not its evidence
         s.retire(h)
         return
     signal_group(h.pid, signal.SIGKILL)  # whatever the worker left running in its group
@@ -264,8 +266,10 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     said_bye = h.bye_at is not None
     if h.facts_worker and h.hello_at is None:
         s.facts_requested = False  # the next worker reports the runtime facts instead
-    cannot_start = rc == 1 and h.hello_at is None and _python_exception(h)
-    if rc in (EXIT_HARNESS, EXIT_CHILD_SETUP) or cannot_start or rc == RETURNCODE_LOST:
+    # (an exec job's exit status is the user's command's own: never ours to call a harness error)
+    cannot_start = rc == 1 and h.hello_at is None and h.group is None and _python_exception(h)
+    if h.group is None and rc in (EXIT_HARNESS, EXIT_CHILD_SETUP) or cannot_start or \
+            rc == RETURNCODE_LOST:
         why = f"could not start: {cannot_start}" if cannot_start else \
             "exit status lost with the fork server" if rc == RETURNCODE_LOST else \
             "could not be set up by the fork server" if rc == EXIT_CHILD_SETUP else \
@@ -300,34 +304,53 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
         exposure = "process_exit"
     job = s.job_of(h, attr)
     cls = FailureClass.ERROR if said_bye and sig is None else FailureClass.CRASH
+    child = None
+    if h.group is not None:  # an exec job: its group's processes (children.py)
+        cls, child = children.exec_class(h, sig, said_bye, cls)
+        sig = child.signal if child is not None else sig
+    # the core to read: the process's own, or the crashed child's (moved into the run folder)
+    core_pid, core_dir, core_exe = h.pid, h.cwd, h.exe or s.python
+    if child is not None:
+        core_pid, core_exe = child.pid or 0, child.exe or child.name
+        core_dir = child.core_path.parent if child.core_path else h.group.dest \
+            if child.pid and h.group is not None else None
     crash: Future[evidence.CrashEvidence] | None = None
     pending_tids: list[int] = []
     budget: dict[str, Any] | None = None
     full = True
     if sig is not None:  # a signal death: its core and stacks cost a debugger's CPU-second
-        key = evidence_key(cls, sig, attr.last_step, job.pattern if job else None)
-        if h.cores:
+        key = evidence_key(cls, sig, attr.last_step, job.pattern if job else None) + \
+            (f"|child {child.name}" if child else "")
+        if h.cores or child is not None:  # (a child's: its core, else a kernel or output line)
             full, n = spend(s.evidence_seen, key, s.cfg.evidence_budget)
         else:  # no core to read: counted, and the mode's count (0 if new) asks for cores
             s.evidence_seen[key] += 0
             full, n = False, s.evidence_seen[key]
         budget = {"key": key, "occurrence": n, "full": full, "budget": s.cfg.evidence_budget,
-                  "cores": h.cores}
-    if sig is not None and h.cwd is not None and (s.folders >= _MAX_FAILURE_FOLDERS or
-                                                  not full):
-        postmortem.discard_core(h.pid, h.cwd)  # no folder to put its stacks in, or counted
-    elif sig is not None and h.cwd is not None:  # native stacks post mortem (core + gdb, ...)
+                  "cores": h.cores if child is None else child.core_path is not None}
+    keep = child.pid if child is not None and full and \
+        s.folders < _MAX_FAILURE_FOLDERS else None
+    if h.group is not None:
+        h.group.discard(keep=keep)  # every core of its group but the one read (never left)
+    if sig is not None and core_dir is not None and (s.folders >= _MAX_FAILURE_FOLDERS or
+                                                     not full):
+        postmortem.discard_core(core_pid, core_dir)  # no folder to put its stacks in, or counted
+    elif sig is not None and core_dir is not None:  # native stacks post mortem (core + gdb, ...)
         reader = h.journal()
         tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
+        tids += child.tids if child is not None else []
         pending_tids = tids
         # gdb on a core takes ~1 s (10 s for a CUDA process): in the background, so a crash
         # storm (the incident's 40-60% of exits) never stalls the soak or its other workers
-        crash = s.crash_pool().submit(evidence.collect_crash, h.pid, h.exe or s.python, h.cwd,
-                                      stderr, since_wall=h.started_wall, tids=tids)
+        crash = s.crash_pool().submit(evidence.collect_crash, core_pid, core_exe, core_dir,
+                                      stderr if child is None else "",
+                                      since_wall=h.started_wall, tids=tids)
     folder = new_folder(s, cls, h.name) if full else None
-    what = f"killed by {sig}" if sig else f"exited with status {rc}"
+    what = f"killed by {sig}" if sig and child is None else f"exited with status {rc}"
     if rc == 0:
         what = "exited 0 before finishing its jobs"
+    if child is not None:
+        what += f"; {child.describe()},"
     when = f"at {failed_step}, after its work was done and reported, before its exit" \
         if failed_step else "after its work was done and reported" if said_bye else \
         f"while running {_job_text(job)}"
@@ -338,6 +361,8 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
         facts["evidence_budget"] = budget
     if h.describe is not None:
         facts.update(h.describe())
+    if child is not None:
+        facts["child_crash"] = child.as_dict()
     meta = {"class": cls.value, "signal": sig, "exit_code": rc, "said_bye": said_bye,
             "last_step": attr.last_step, "in_flight": attr.in_flight,
             "attribution": attr.method, "native_tid": attr.native_tid, **facts,
@@ -345,7 +370,8 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
             "timing": {"noticed_after_last_record_s": (noticed_ns - attr.last_record_ns) / 1e9
                        if attr.last_record_ns else None}}
     files = {} if crash else {
-        "stacks.txt": "# none\nthe process exited with a status, not a signal: no stack\n"}
+        "stacks.txt": "# none\nthe process exited with a status, not a signal: no stack\n"
+        + (f"its child died by {child.signal}: {child.line}\n" if child else "")}
     write_evidence(s, folder, h, job, attr, {
         **files, "telemetry_after.json": json.dumps(after, indent=1),
         "failure.json": json.dumps(meta, indent=1)})
@@ -353,10 +379,15 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
                  exposure=exposure)
     if crash is not None:
         s.pending_crashes.append(PendingCrash(crash, row, folder, meta, facts, pending_tids))
-    end_worker(s, h, rc, sig or f"exit {rc}", "crash" if cls is FailureClass.CRASH else "error")
+    end_worker(s, h, rc, f"exit {rc}" if child or not sig else sig, _OUTCOMES.get(cls, "error"))
     s.requeue(h, job)  # after end_worker: it names the job a process-per-job worker ran
     s.restart(h)
     s.retire(h)
+
+
+_OUTCOMES: dict[FailureClass, str] = {FailureClass.CRASH: "crash",
+                                      FailureClass.FAILED: "failed"}  # a worker row's outcome
+#   ("failed" is never a process-exit exposure: it failed while running, at step `run`)
 
 
 _EVIDENCE_BATCHES: int = 4  # hang batches whose evidence is taken at once (8 stack tools each)

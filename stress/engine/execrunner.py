@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stress.engine import postmortem
+from stress.engine import postmortem, testlog
+from stress.engine.children import CHILD_CORES, GroupWatch
 from stress.engine.invocation import JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import Step
@@ -143,6 +144,7 @@ class ExecJudge:
     teardown_timeout_s: float
     output: OutputWatch
     logs: tuple[Path, Path]
+    group: GroupWatch | None = None  # the other processes of its group, and their cores
     keep_logs: bool = False
 
     def done_ns(self, now_ns: int) -> int | None:
@@ -150,7 +152,10 @@ class ExecJudge:
 
     def watch(self, now_ns: int) -> Stuck | None:
         """Past `--teardown-timeout` after the done marker: a teardown hang at worker-exit;
-        else past `--timeout` since the start: a hang in `run`."""
+        else past `--timeout` since the start: a hang in `run`. The group's processes and
+        cores are looked at on the way (`children.GroupWatch.tick`)."""
+        if self.group is not None:
+            self.group.tick(now_ns / 1e9)
         done = self.done_ns(now_ns)
         if done is not None:
             age = (now_ns - done) / 1e9
@@ -167,8 +172,11 @@ class ExecJudge:
         (printed its done marker, or exited 0 without one being asked for or seen), so a
         death after the marker is a failure of the process's exit; nothing when it died or
         failed while working (the session records a crash while running the job). Whatever
-        it left running in its process group is killed."""
+        it left running in its process group is killed. After a clean exit the cores of its
+        group (a death test's, a crash the test expected) are deleted: nothing failed."""
         signal_group(self.pid, signal.SIGKILL)
+        if self.group is not None and rc == 0:
+            self.group.discard()
         done = self.done_ns(time.monotonic_ns()) is not None
         if not (done or rc == 0) or self.job is None:
             return []
@@ -183,22 +191,40 @@ class ExecJudge:
 
     def facts(self) -> dict[str, Any]:
         """For the failure's evidence: the last lines of output (normalized) that signatures
-        of exec jobs use, and whether the done marker was seen."""
-        text = ""
-        for p in self.logs:
-            text += _tail(p)
-        return {"output_key": output_key(text), "done_marker_seen":
-                self.output.matched_ns is not None}
+        of exec jobs use, whether the done marker was seen, the runner's failing tests and
+        the processes the output says died by a signal (`testlog`)."""
+        text = "".join(_tail(p) for p in self.logs)
+        out: dict[str, Any] = {"output_key": output_key(text), "done_marker_seen":
+                               self.output.matched_ns is not None}
+        report = "".join(_tail(p, _REPORT_BYTES) for p in self.logs)
+        tests = testlog.summarize(report)
+        if tests.runner:
+            out["tests"] = tests.as_dict()
+        deaths = testlog.signal_deaths(report)
+        if deaths:
+            out["signal_deaths"] = [d.as_dict() for d in deaths[:_DEATHS_KEPT]]
+        if self.group is not None:
+            out["group"] = self.group.summary()
+        return out
+
+    def signal_deaths(self) -> list[testlog.SignalDeath]:
+        """The processes the command's output says died by a signal (`testlog`)."""
+        return testlog.signal_deaths("".join(_tail(p, _REPORT_BYTES) for p in self.logs))
 
 
 _TAIL_BYTES: int = 8192
+_REPORT_BYTES: int = 256 << 10  # output read for the runner's summary and signal deaths: a
+#   pytest report prints each failure's traceback before its short summary (6 KiB for 4 in
+#   tests/data/testlogs/pytest.txt, one with subprocess.run's source); 256 KiB holds
+#   dozens, and is read once per failed job
+_DEATHS_KEPT: int = 5
 
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, size: int = _TAIL_BYTES) -> str:
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - _TAIL_BYTES))
+            f.seek(max(0, f.tell() - size))
             return f.read().decode(errors="replace")
     except OSError:
         return ""
@@ -436,10 +462,11 @@ class ExecRunner:
         self.handled: dict[int, None] = {}  # crashed pids noted once (the newest only)
         self.dumped: dict[int, float] = {}  # pid -> when: crashed copies whose core may
         #   still wait in the shared cwd for its (background) reader
-        pattern, uses_pid = postmortem.read_core_pattern()
+        pattern, uses_pid = self.core_pattern = postmortem.read_core_pattern()
         self.cores_collide = not pattern.startswith("|") and "%p" not in pattern and \
             not uses_pid and not pattern.startswith("/")
         self.spare_fds: dict[int, tuple[Proc, int]] = {}  # exit_fd's pipe ends, no pidfd
+        self.kernel_claimed: dict[int, None] = {}  # kernel fault lines a job blamed already
 
     def _close_spares(self, every: bool = False) -> None:
         for pid, (p, fd) in list(self.spare_fds.items()):
@@ -499,10 +526,12 @@ class ExecRunner:
         h = WorkerHandle(spec.worker_id, spec.generation, proc, fd, journal, out_path,
                          err_path, ephemeral=True, messages=False)
         self.slots.hold(slot, h)
+        group = GroupWatch(proc.pid, cwd, spec.run_dir.resolve() / postmortem.CORES_FOLDER /
+                           CHILD_CORES, time.time(), self.core_pattern, self.kernel_claimed)
         judge = ExecJudge(job, proc.pid, time.monotonic_ns(), time.time(), spec.timeout_s,
                           spec.teardown_timeout_s, OutputWatch((out_path, err_path),
                                                                self.pattern),
-                          (out_path, err_path))
+                          (out_path, err_path), group)
         def finish(rc: int) -> list[tuple[str, dict[str, Any]]]:
             self.note_exit(proc.pid, rc)
             return judge.finish(rc)
@@ -511,6 +540,7 @@ class ExecRunner:
         h.exe = resolve_executable(argv[0], cwd, env)
         h.default_step = RUN_STEP
         h.describe = judge.facts
+        h.group, h.signal_deaths = group, judge.signal_deaths
         return h
 
     def close(self) -> None:

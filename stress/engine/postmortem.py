@@ -23,8 +23,9 @@ import struct
 import sys
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from stress.engine import procstate
 from stress.engine.callstacks import (
@@ -152,15 +153,31 @@ def core_globs(pattern: str, pid: int, cwd: Path, *, uses_pid: bool = False) -> 
 @dataclass
 class CoreNotes:
     """From a core's ELF notes: the process id, the thread that took the signal (the kernel
-    writes its NT_PRSTATUS first), that signal, and every thread id."""
+    writes its NT_PRSTATUS first), that signal, and every thread id; from its NT_PRPSINFO the
+    process's session and group (which exec job's group it belonged to), its name (`comm`,
+    15 characters) and the start of its arguments; from NT_FILE the files it had mapped (the
+    executable among them: `executable`)."""
 
     pid: int
     crashed_tid: int
     signal: int
     tids: list[int]
+    sid: int | None = None
+    pgrp: int | None = None
+    name: str = ""
+    args: str = ""
+    files: list[str] = field(default_factory=list)
+
+    def executable(self) -> str | None:
+        """The mapped file whose name the process bears (its comm is the executable's
+        basename cut to 15 characters), else the first one mapped (the kernel lists mappings
+        by address; an executable's own lie below its libraries')."""
+        named = [f for f in self.files if self.name and
+                 os.path.basename(f)[:15] == self.name[:15]]
+        return named[0] if named else self.files[0] if self.files else None
 
 
-_NT_PRSTATUS, _NT_PRPSINFO = 1, 3
+_NT_PRSTATUS, _NT_PRPSINFO, _NT_FILE = 1, 3, 0x46494C45
 _PT_NOTE = 4
 
 
@@ -193,6 +210,7 @@ def _parse_notes(data: bytes) -> CoreNotes | None:
     pid: int | None = None
     tids: list[int] = []
     sig, p = 0, 0
+    extra: dict[str, Any] = {}
     while p + 12 <= len(data):
         namesz, descsz, ntype = struct.unpack_from("<III", data, p)
         desc = p + 12 + ((namesz + 3) & ~3)
@@ -202,10 +220,28 @@ def _parse_notes(data: bytes) -> CoreNotes | None:
             tids.append(struct.unpack_from("<i", data, desc + 32)[0])  # pr_pid
         elif ntype == _NT_PRPSINFO and descsz >= 28:
             pid = struct.unpack_from("<i", data, desc + 24)[0]  # pr_pid
+            if descsz >= 136 and desc + 136 <= len(data):  # pr_pgrp, pr_sid, fname, psargs
+                extra["pgrp"], extra["sid"] = struct.unpack_from("<ii", data, desc + 32)
+                extra["name"] = _cstr(data[desc + 40:desc + 56])
+                extra["args"] = _cstr(data[desc + 56:desc + 136]).strip()
+        elif ntype == _NT_FILE and descsz >= 16:
+            extra["files"] = _mapped_files(data[desc:desc + descsz])
         p = desc + ((descsz + 3) & ~3)
     if not tids:
         return None
-    return CoreNotes(pid if pid is not None else tids[0], tids[0], sig, tids)
+    return CoreNotes(pid if pid is not None else tids[0], tids[0], sig, tids, **extra)
+
+
+def _cstr(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def _mapped_files(desc: bytes) -> list[str]:
+    """NT_FILE: count, page size, count x (start, end, offset), then count names; each
+    file once, in the order of its first mapping."""
+    count = struct.unpack_from("<Q", desc, 0)[0]
+    names = desc[16 + 24 * count:].split(b"\0")[:count]
+    return list(dict.fromkeys(n.decode(errors="replace") for n in names if n))
 
 
 def _coredumpctl(pid: int, dest: Path, budget_s: float) -> tuple[Path | None, str]:

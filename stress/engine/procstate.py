@@ -433,6 +433,14 @@ class KernelLog:
             head += "\n# (nothing logged since then)"
         return head + "\n" + "".join(line + "\n" for line in self.lines)
 
+    def stamped(self) -> list[tuple[float | None, str]]:
+        """Each line with the wall-clock time it was logged (None: not stamped): the lines
+        kept include a slack before `since_wall` and the last few whatever their time."""
+        stamp = _DMESG_TIME if self.source == "dmesg" else _JOURNAL_TIME
+        boot = _boot_wall() if self.source == "dmesg" else 0.0
+        return [(boot + float(m.group(1)) if m else None, line) for line in self.lines
+                for m in [stamp.match(line)]]
+
 
 _DMESG_TIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
 _JOURNAL_TIME = re.compile(r"^(\d+\.\d+)\s")

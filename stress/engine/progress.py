@@ -73,7 +73,8 @@ class Progress:
         if not self.enabled or cls in (FailureClass.ERROR, FailureClass.MISCOMPARE):
             return
         what = {FailureClass.CRASH: f"crashed ({sig or 'non-zero exit'})",
-                FailureClass.HANG: "hung", FailureClass.TEARDOWN_HANG: "hung in teardown"}[cls]
+                FailureClass.HANG: "hung", FailureClass.TEARDOWN_HANG: "hung in teardown",
+                FailureClass.FAILED: "failed its tests (non-zero exit)"}[cls]
         job_text = f"{job.program} [{job.pattern}]" if job else "no job"
         where = f" -> {folder}" if folder else ""
         prefix = "\n" if self.tty else ""

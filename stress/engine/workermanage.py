@@ -23,6 +23,8 @@ from stress.engine.jobs import Job
 from stress.engine.journal import JournalReader
 
 if TYPE_CHECKING:
+    from stress.engine.children import GroupWatch
+    from stress.engine.testlog import SignalDeath
     from stress.engine.watchdog import Stuck
 
 _TERMINATE_GRACE_S: float = 2.0  # a worker gets this long after SIGTERM before SIGKILL
@@ -101,6 +103,10 @@ class WorkerHandle:
     describe: Callable[[], dict[str, Any]] | None = None
     add_evidence: Callable[[Path], None] | None = None  # its runner's own files (a native
     #   job's HAL replay) into a failure folder of it, after the session's
+    # an exec job's other processes (children.GroupWatch: their cores, a child's crash) and
+    #   what its output says died by a signal; with a group, a non-zero exit is `failed`
+    group: GroupWatch | None = None
+    signal_deaths: Callable[[], list[SignalDeath]] | None = None
     started_wall: float = field(default_factory=time.time)
     log_from: int = 0  # where this process's output starts in its logs (shared by turns)
     _buf: bytes = b""

@@ -169,6 +169,10 @@ class Counts:
                 "engine": "+".join(sorted(self.engines)) or None}
 
 
+_ROW_CLASSES: str = ", ".join(f"'{c.value}'" for c in (
+    FailureClass.CRASH, FailureClass.HANG, FailureClass.TEARDOWN_HANG, FailureClass.FAILED))
+#   classes counted by their failure rows (one per process); errors and miscompares are
+#   counted by the jobs that saw them (their rows are examples)
 _JOB = "run_id || '/' || job_index"  # a job's identity across the runs of a merged store
 
 
@@ -221,7 +225,7 @@ def of_store(db: sqlite3.Connection, run_ids: Iterable[str] | None = None) -> Co
     c.failures[FailureClass.ERROR.value] = int(t[3])
     c.failures[FailureClass.MISCOMPARE.value] = int(t[4])
     for cls, n in db.execute(f"SELECT class, COUNT(*) FROM failures WHERE {where} AND class IN "
-                             "('crash', 'hang', 'teardown_hang') GROUP BY class", args):
+                             f"({_ROW_CLASSES}) GROUP BY class", args):
         c.failures[cls] = int(n)
     # errors the parent saw (a non-zero exit after the worker's goodbye, a probe's exit): in
     # no job's error count

@@ -101,7 +101,7 @@ def test_each_job_of_a_flaky_command_ends_as_its_seed_says_with_stacks_and_no_or
         assert "teardown_crash" in descs
 
 
-def test_a_command_that_fails_before_its_work_is_done_is_a_failure_while_running(
+def test_a_command_that_exits_non_zero_before_its_work_is_done_is_failed_while_running(
         tmp_path: Path, flaky: Path) -> None:
     run = tmp_path / "run"
     res = run_cli("soak", "--engine", "exec", "--done-regex", "^done$", "-n", "2",
@@ -112,8 +112,12 @@ def test_a_command_that_fails_before_its_work_is_done_is_a_failure_while_running
     rows = list(db.execute("SELECT class, last_step, message, evidence FROM failures"))
     assert len(rows) == 2
     for cls, step, message, ev in rows:
-        assert cls == "crash" and step == "run" and "exited with status 1" in message
+        # its own verdict (issue 27 item 5): not a crash, no process of it had a signal
+        assert cls == "failed" and step == "run" and "exited with status 1" in message
         assert json.loads(ev)["output_key"][-1] == "assertion failed: result # != # at <path>:#"
+    keys = [s["key"] for s in json.loads(res.stdout)["signatures"]]
+    assert keys == ["failed||run|||running job with seed # (pid #) / assertion failed: "
+                    "result # != # at <path>:#"]  # no runner's summary: its last lines
 
 
 _SLOT_SCRIPT = """

@@ -24,7 +24,7 @@ def test_a_30s_cpu_soak_completes_10k_invocations_over_every_pattern_without_fai
     assert s["invocations"] >= 10_000
     assert set(s["patterns"]) == set(ALL_PATTERNS) and all(s["patterns"].values())
     assert s["failures"] == {"crash": 0, "hang": 0, "teardown_hang": 0, "error": 0,
-                             "miscompare": 0}
+                             "miscompare": 0, "failed": 0}
     assert s["duration_s"] >= 30 and s["seed"] == int(s["seed"])
     on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert on_disk == s

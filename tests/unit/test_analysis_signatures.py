@@ -90,3 +90,43 @@ def test_a_failure_with_neither_frames_nor_output_keeps_the_plain_key() -> None:
     s = signatures.build(_data([row]))[0]
     assert s.key.message == "" and s.key.text() == "crash||run|||"
     assert dict(report.Finding(s, None).rows())["frames"].startswith("no native frames")
+
+
+def _failed_row(job: int, output: str, tests: list[str] | None) -> dict[str, Any]:
+    row = _exec_row(job, output, cls="failed")
+    if tests is not None:
+        row["evidence"]["tests"] = {"runner": "pytest", "failed": tests,
+                                    "failed_count": len(tests), "counts": {}}
+    return row
+
+
+def test_a_failed_exec_job_keys_on_its_failing_tests_not_on_how_its_output_ends() -> None:
+    rows = [_failed_row(1, "E assert 1 == 2\n1 failed in 0.2s\n", ["t.py::test_a"]),
+            _failed_row(2, "E assert 7 == 9\nwarning: slow\n1 failed in 9s\n", ["t.py::test_a"]),
+            _failed_row(3, "E assert x\n2 failed\n", ["t.py::test_b", "t.py::test_a"]),
+            _failed_row(4, "Traceback ...\nRuntimeError: no device\n", None)]
+    sigs = signatures.build(_data(rows))
+    by_msg = {s.key.message: s for s in sigs}
+    assert set(by_msg) == {"t.py::test_a", "t.py::test_a, t.py::test_b",
+                           "Traceback ... / RuntimeError: no device"}  # no runner: its output
+    a = by_msg["t.py::test_a"]
+    assert (a.cls, a.key.signal, a.key.step, a.count) == ("failed", None, "run", 2)
+    assert dict(report.Finding(a, None).rows())["tests"] == "t.py::test_a"
+    assert a.describe() == "failed at run: t.py::test_a"
+    many = signatures.tests_message({"evidence": {"tests": {
+        "failed": [f"t.py::test_{i}" for i in range(5)], "failed_count": 5}}})
+    assert many == "t.py::test_0, t.py::test_1, t.py::test_2, ..."
+
+
+def test_a_child_s_crash_without_frames_keys_on_the_child_whichever_test_ran_it() -> None:
+    rows = []
+    for j, test in enumerate(("test_conv", "test_matmul")):
+        row = _exec_row(j, f"FAILED t.py::{test} - CompilerToolError\n1 failed\n",
+                        signal="SIGSEGV")
+        row["evidence"]["child_crash"] = {"name": "iree-compile", "signal": "SIGSEGV",
+                                          "source": "output", "pid": None}
+        rows.append(row)
+    sigs = signatures.build(_data(rows))
+    assert len(sigs) == 1 and sigs[0].count == 2
+    assert sigs[0].key.text() == "crash|SIGSEGV|run|||child iree-compile"
+    assert dict(report.Finding(sigs[0], None).rows())["process"] == "child iree-compile"

@@ -86,9 +86,12 @@ def test_glob_characters_in_the_worker_folder_are_matched_literally(tmp_path: Pa
 
 
 # ---- the core's notes -----------------------------------------------------------------------
-def fake_core(path: Path, pid: int, tids: list[int], signum: int) -> Path:
+def fake_core(path: Path, pid: int, tids: list[int], signum: int, *, sid: int = 0,
+              name: str = "", args: str = "", files: tuple[str, ...] = ()) -> Path:
     """A minimal ELF64 core: a header, one PT_NOTE, NT_PRSTATUS per thread (the crashing one
-    first, as the kernel writes it) and NT_PRPSINFO, laid out as on x86-64."""
+    first, as the kernel writes it), NT_PRPSINFO (pid, process group and session `sid`,
+    comm `name`, `args`) and, with `files`, NT_FILE (each mapped once), laid out as on
+    x86-64."""
 
     def note(ntype: int, desc: bytes) -> bytes:
         name = b"CORE\0\0\0\0"
@@ -101,8 +104,15 @@ def fake_core(path: Path, pid: int, tids: list[int], signum: int) -> Path:
         struct.pack_into("<i", prstatus, 32, tid)
         notes += note(1, bytes(prstatus))
     prpsinfo = bytearray(136)
-    struct.pack_into("<i", prpsinfo, 24, pid)
+    struct.pack_into("<iiii", prpsinfo, 24, pid, sid, sid, sid)  # pid, ppid, pgrp, sid
+    prpsinfo[40:40 + len(name[:15])] = name[:15].encode()
+    prpsinfo[56:56 + len(args[:79])] = args[:79].encode()
     notes += note(3, bytes(prpsinfo))
+    if files:
+        table = struct.pack("<QQ", len(files), 4096) + b"".join(
+            struct.pack("<QQQ", 0x1000 * (i + 1), 0x1000 * (i + 2), 0)
+            for i in range(len(files)))
+        notes += note(0x46494C45, table + b"".join(f.encode() + b"\0" for f in files))
     ehdr = bytearray(64)
     ehdr[:6] = b"\x7fELF\x02\x01"
     struct.pack_into("<HH", ehdr, 16, 4, 62)  # ET_CORE, x86-64

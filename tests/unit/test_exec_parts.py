@@ -156,3 +156,22 @@ def test_the_cli_refuses_inconsistent_exec_options_in_one_line(
     res = run_cli("soak", "-q", "--results", str(tmp_path / "r"), *args)
     assert res.rc == 2, res.stderr
     assert needle in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_clean_exit_deletes_the_cores_its_children_left_and_a_failed_one_keeps_them(
+        tmp_path: Path) -> None:
+    from stress.engine.children import GroupWatch
+    from tests.unit.test_children import dead_pids
+    from tests.unit.test_evidence import fake_core
+
+    for rc, kept in ((0, False), (1, True)):
+        j = _judge(tmp_path)
+        (child,) = dead_pids(1)
+        user = tmp_path / f"user-{rc}"
+        user.mkdir()
+        j.group = GroupWatch(j.pid, user, tmp_path / f"run-{rc}", 0.0, ("core", False))
+        fake_core(user / "core", child, [child], 6, sid=j.pid)  # a death test's SIGABRT
+        j.watch(1 * _S)  # the group's first sweep moves it out of the user's folder
+        assert not (user / "core").exists() and list(j.group.cores) == [child]
+        j.finish(rc)
+        assert (tmp_path / f"run-{rc}" / f"core.{child}").exists() is kept, rc

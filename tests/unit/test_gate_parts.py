@@ -243,3 +243,33 @@ def test_the_live_observer_stops_at_a_new_fatal_failure_it_reads_from_the_store(
     quiet = GateObserver(GateSpec(RATE, known=load_known(known)), run)
     quiet.job(Outcome(Job(7, "p", "shared", 7, 10), 1000, True, ("crash",)))
     assert quiet.should_stop() is None  # known: neither fatal nor counted
+
+
+def add_failed_jobs(run: Path, run_id: str, indices: list[int]) -> None:
+    """Exec jobs whose command exited non-zero (`failed`: no job row, one failure row each,
+    keyed on the failing test), as capture.on_exit writes them."""
+    import sqlite3
+
+    db = sqlite3.connect(run / "stress.db")
+    for i in indices:
+        db.execute("INSERT INTO failures (run_id, class, job_index, program, pattern, worker, "
+                   "pid, last_step, in_flight, steps, message, attribution, detected_at, "
+                   "elapsed_s, evidence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                   (run_id, "failed", i, "exec:pytest", "exec", 0, 5000 + i, "run", "[]",
+                    "[]", "worker w0 exited with status 1 while running ...", "none",
+                    0.0, 1.0, json.dumps({"tests": {"runner": "pytest",
+                                                    "failed": ["t.py::test_flaky"]}})))
+    db.commit()
+    db.close()
+
+
+def test_failed_tests_are_rated_not_fatal_by_default_and_fatal_when_named(
+        tmp_path: Path) -> None:
+    run = make_store(tmp_path / "r", "a", range(2000), jobs_per_process=1)
+    add_failed_jobs(run, "a", [2000, 2001])  # 2 of 2002 jobs: far below a quarter of 5%
+    g = evaluate([run], GateSpec(RATE))
+    assert g.verdict is Verdict.PASS, g.reason
+    assert g.failures["failed"] == 2 and [s.cls for s in g.new] == ["failed"]
+    assert g.rate.failures == 2
+    fatal = evaluate([run], GateSpec(RATE, fatal=parse_fatal("crash,failed")))
+    assert fatal.verdict is Verdict.FAIL and "new failed" in fatal.reason
