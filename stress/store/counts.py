@@ -159,7 +159,10 @@ class Counts:
         d = self.duration_s
         return {"invocations": self.invocations, "ok": self.ok, "failures": dict(self.failures),
                 "failed": self.failed, "jobs": self.jobs, "jobs_finished": self.jobs_finished,
-                "patterns": {p: c.invocations for p, c in sorted(self.patterns.items())},
+                # invocations per job pattern ("pool", the long-lived workers' own exits and
+                #   teardowns, runs no job of its own)
+                "patterns": {p: c.invocations for p, c in sorted(self.patterns.items())
+                             if c.jobs},
                 "jobs_by_pattern": {p: c.jobs for p, c in sorted(self.patterns.items())},
                 "nondeterministic": self.nondeterministic,
                 "devices_created": self.devices_created if self.knows_devices else None,
