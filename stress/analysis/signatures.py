@@ -662,9 +662,11 @@ def build(data: RunData) -> list[Signature]:
     # crashes past the evidence budget have no stacks: they join the signature that the
     #   fully evidenced crashes of their mode (class, signal, step) got
     full_keys: dict[str, Counter[SignatureKey]] = defaultdict(Counter)
+    by_group: dict[str, Counter[SignatureKey]] = defaultdict(Counter)
     for _, stack, key, budget in keyed:
         if budget is not None and budget["full"] and stack.frames:
             full_keys[budget["key"]][key] += 1
+            by_group[_budget_group(budget["key"])][key] += 1
     # one mode, two unwinds: a stack cut short, or unsymbolized frames, folds into the one
     #   richer key it is compatible with (and says so)
     precise: dict[SignatureKey, set[str]] = defaultdict(set)
@@ -674,11 +676,19 @@ def build(data: RunData) -> list[Signature]:
     for row, stack, key, budget in keyed:
         counted = budget is not None and not budget["full"]
         sampled = full_keys.get(budget["key"]) if budget is not None else None
+        fold = None
         if counted and sampled and len(sampled) == 1:  # one mode sampled: theirs; several:
             key = next(iter(sampled))  # which one is not known, they stay apart
-        fold = folds.get(key)
+        elif counted and budget is not None and not sampled and \
+                len(by_group[_budget_group(budget["key"])]) == 1:
+            # no cored crash of its own step and pattern at all (it happened only where the
+            #   budget had turned cores off): the one signature of its class, signal and
+            #   step group, said as merged
+            target = next(iter(by_group[_budget_group(budget["key"])]))
+            fold = (target, f"counted without stacks at {budget['key']}")
+        fold = fold or folds.get(key)
         if fold is not None:
-            key, why = fold[0], f"{' < '.join(key.frames)} ({fold[1]})"
+            key, why = fold[0], f"{' < '.join(key.frames) or 'no frames'} ({fold[1]})"
         s = sigs.get(key)
         if s is None:
             s = sigs[key] = Signature(key, display=() if fold else stack.display)
@@ -724,6 +734,13 @@ def build(data: RunData) -> list[Signature]:
     _rates(data, list(sigs.values()))
     return sorted(sigs.values(), key=lambda s: (-(s.rate.failures if s.rate else 0), -s.count,
                                                 s.id))
+
+
+def _budget_group(budget_key: str) -> str:
+    """An evidence-budget mode (`class|signal|step|pattern...`) as class, signal and step
+    group (the teardown steps as one, as in signature keys)."""
+    cls, sig, step = (budget_key.split("|") + ["", "", ""])[:3]
+    return f"{cls}|{sig}|{key_step(step, ('frames',))}"
 
 
 def _budget(row: dict[str, Any]) -> dict[str, Any] | None:

@@ -200,3 +200,21 @@ def test_counted_crashes_join_their_modes_one_sampled_signature_and_never_a_gues
     sigs = signatures.build(data(rows))
     assert len(sigs) == 3 and sum(s.evidence_counted for s in sigs) == 1
     assert next(s for s in sigs if s.evidence_counted).frames == ()
+
+
+def test_a_counted_crash_of_a_step_never_cored_joins_the_one_signature_of_its_group(
+        tmp_path: Path) -> None:
+    def row(i: int, frames: list[str] | None, key: str, full: bool) -> dict[str, Any]:
+        r = crash_row(i, core_folder(tmp_path, f"g{i}", frames) if frames else "")
+        r["artifacts"] = r["artifacts"] or None
+        r["evidence"] = {"evidence_budget": {"key": key, "full": full, "cores": full}}
+        return r
+
+    cored = "crash|SIGSEGV|device-release|per-call"
+    never = "crash|SIGSEGV|driver-release|churn"  # seen only in processes without cores
+    rows = [row(0, FULL, cored, True), row(1, None, never, False)]
+    sigs = signatures.build(data(rows))
+    assert len(sigs) == 1 and sigs[0].count == 2
+    assert sigs[0].merged == {f"no frames (counted without stacks at {never})": 1}
+    rows.append(row(2, OTHER, "crash|SIGSEGV|gc|per-thread", True))  # a second mode there
+    assert len(signatures.build(data(rows))) == 3  # then it cannot be told: apart
