@@ -33,6 +33,14 @@ class CompileError(Exception):
         self.stdout, self.stderr = stdout, stderr
         super().__init__(self.describe())
 
+    def one_line(self) -> str:
+        """The first diagnostic (`FILE:LINE:COL: error: ...`, FILE the user's own file), or
+        how the compiler ended: what a usage error shows."""
+        lines = [x.strip() for x in (self.stderr or self.stdout).splitlines() if x.strip()]
+        first = next((x for x in lines if "error:" in x), lines[0] if lines else
+                     f"iree-compile exited {self.returncode} and printed nothing")
+        return f"{self.program}: {first}"
+
     def describe(self) -> str:
         lines = (self.stderr or self.stdout).strip().splitlines()[:_DIAGNOSTIC_LINES]
         body = "\n    ".join(lines)
@@ -95,11 +103,23 @@ def cache_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def user_paths(text: str, program: Program, source: str) -> str:
+    """Compiler output with the cache's copy of a user program (`source`, verbatim: the same
+    lines and columns) named by the user's own file instead."""
+    if program.source in ("", "corpus") or not source:
+        return text
+    return text.replace(source, program.source)
+
+
 def run_compile(program: Program, argv: list[str]) -> None:
-    """Runs one compile; raises CompileError carrying argv, stdout and stderr."""
+    """Runs one compile; raises CompileError carrying argv, stdout and stderr (diagnostics
+    of a user program point at the user's file, not at the cache's copy)."""
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise CompileError(program.name, argv, -1, "", f"timed out after {exc.timeout} s") from None
     if proc.returncode != 0:
-        raise CompileError(program.name, argv, proc.returncode, proc.stdout, proc.stderr)
+        source = argv[1] if len(argv) > 1 else ""
+        raise CompileError(program.name, argv, proc.returncode,
+                           user_paths(proc.stdout, program, source),
+                           user_paths(proc.stderr, program, source))
