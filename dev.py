@@ -14,32 +14,74 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / "bin"
 STAMP = VENV / ".iree-stress-installed"
+_PIP_TAIL = 12  # lines of pip's output shown when it fails
+
+
+def _status() -> Any:
+    """stress.ui.Status (it imports nothing, so it works before .venv exists)."""
+    sys.path.insert(0, str(ROOT))
+    from stress.ui import Status
+
+    return Status(True)
 
 
 def ensure_env() -> None:
+    """.venv with the package installed, said at once and shown as it goes (the first
+    install downloads the compiler and runtime wheels: a minute or two of silence
+    otherwise)."""
     want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if STAMP.exists() and STAMP.read_text() == want:
         return
-    if not (BIN / "python").exists():
-        print("dev.py: creating .venv", file=sys.stderr)
+    status = _status()
+    started = time.monotonic()
+    first = not (BIN / "python").exists()
+    status.say("dev.py: " + ("first use: creating .venv, then installing iree-stress with its "
+                             "dependencies (downloads the IREE compiler and runtime wheels; a "
+                             "minute or two)" if first else
+                             "pyproject.toml changed: reinstalling iree-stress into .venv"))
+    if first:
+        status.update("dev.py: creating .venv", force=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    print("dev.py: installing iree-stress and its dependencies into .venv", file=sys.stderr)
-    subprocess.run([*pip, "-e", f"{ROOT}[dev]"], check=True)
+    pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check",
+           "--progress-bar", "off", "-e", f"{ROOT}[dev]"]
+    proc = subprocess.Popen(pip, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            bufsize=1)
+    assert proc.stdout is not None
+    tail: list[str] = []
+    steps = 0
+    for line in proc.stdout:
+        text = line.strip()
+        if not text:
+            continue
+        tail = (tail + [text])[-_PIP_TAIL:]
+        steps += text.startswith(("Collecting ", "Downloading ", "Using cached ", "Building "))
+        status.update(f"dev.py: installing into .venv, {time.monotonic() - started:.0f} s, "
+                      f"{steps} package step(s): {text[:90]}")
+    if proc.wait() != 0:
+        status.done()
+        print("dev.py: pip install failed:\n  " + "\n  ".join(tail), file=sys.stderr)
+        sys.exit(proc.returncode)
     STAMP.write_text(want)
+    status.done(f"dev.py: .venv ready in {time.monotonic() - started:.0f} s")
 
 
 def run(argv: list[str]) -> int:
+    """Runs `argv` in the checkout, said first (the command's own output follows)."""
     os.chdir(ROOT)
+    shown = [Path(a).name if a.startswith(str(BIN)) else a for a in argv]
+    print(f"dev.py: {shlex.join(shown)}", file=sys.stderr, flush=True)
     return subprocess.call(argv)
 
 

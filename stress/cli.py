@@ -24,7 +24,7 @@ from stress.options import (
     split_csv,
     target_option,
 )
-from stress.ui import Status
+from stress.ui import Log, Status
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -156,6 +156,8 @@ def compile(target: str | None, programs: tuple[str, ...], program_files: tuple[
 def soak(**kw: Any) -> None:
     """Run many invocations across worker processes x threads under device lifecycle patterns;
     record every failure with its evidence."""
+    status = Status(not kw["quiet"])
+    status.update("soak: starting (programs, driver, artifacts)", force=True)  # at once
     from stress.analysis.text import summary_table
     from stress.soak import run_soak
 
@@ -164,7 +166,7 @@ def soak(**kw: Any) -> None:
 
     opts = apply_engine(soak_options_from(kw, kw["duration"], not kw["quiet"], sys.argv[2:]),
                         kw)
-    summary = run_soak(opts)
+    summary = run_soak(opts, status=status)
     if kw["as_json"]:
         click.echo(json.dumps(summary))
     else:
@@ -341,8 +343,7 @@ def compare(**kw: Any) -> None:
     from stress.verdicts import compare as compare_mod
 
     opts = apply_engine(soak_options_from(kw, kw["duration"], False, sys.argv[2:]), kw)
-    log = (lambda _line: None) if kw["quiet"] or kw["as_json"] else \
-        (lambda line: click.echo(line, err=True))
+    log = Log(not (kw["quiet"] or kw["as_json"]))  # lines and live steps, on stderr
     if kw["grid"]:
         cells = compare_mod.run_grid(opts, kw["stacks_file"], kw["a"], kw["b"], kw["trials"],
                                      kw["results"], log)
@@ -380,8 +381,7 @@ def bisect(**kw: Any) -> None:
     from stress.verdicts import bisect as bisect_mod
 
     opts = soak_options_from(kw, kw["duration"], False, sys.argv[2:])
-    log = (lambda _line: None) if kw["quiet"] or kw["as_json"] else \
-        (lambda line: click.echo(line, err=True))
+    log = Log(not (kw["quiet"] or kw["as_json"]))  # lines and live steps, on stderr
     result = bisect_mod.run_bisect(opts, kw["stacks_file"], kw["good"], kw["bad"],
                                    kw["results"], log, kw["p_good"], kw["p_bad"],
                                    kw["max_trials"])
@@ -433,6 +433,87 @@ def main() -> None:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
         raise
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("folder", required=False, default="results",
+                type=click.Path(file_okay=False, path_type=Path))
+@cache_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON list of the entries.")
+def runs(folder: Path, cache_dir: str, as_json: bool) -> None:
+    """List the run folders under FOLDER (default: results): status, date of the last run,
+    runs, invocations, failures, size; then what the cache holds (artifacts, runtime
+    stacks' venvs, each with its size and last use). `iree-stress clean` removes them."""
+    from stress import housekeeping as hk
+
+    found = hk.run_folders(folder) if folder.is_dir() else []
+    cached = hk.cache_entries(Path(cache_dir))
+    if as_json:
+        click.echo(hk.summary_json(found + cached))
+        return
+    for e in found:
+        click.echo(e.describe())
+    total = sum(e.size for e in found)
+    click.echo(f"{sum(e.kind == 'run' for e in found)} run folder(s) in {folder}, "
+               f"{hk.size_text(total)}")
+    stacks = [e for e in cached if e.kind == "stack"]
+    for e in stacks:
+        click.echo(e.describe())
+    arts = [e for e in cached if e.kind == "artifact"]
+    click.echo(f"cache {cache_dir}: {len(arts)} artifact file(s) "
+               f"{hk.size_text(sum(e.size for e in arts))}, {len(stacks)} stack(s) "
+               f"{hk.size_text(sum(e.size for e in stacks))}")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("folder", required=False, default="results",
+                type=click.Path(file_okay=False, path_type=Path))
+@click.option("--older-than", type=Duration(), metavar="AGE",
+              help="Remove what was last run (cache: last used) more than AGE ago: 7d, 12h.")
+@click.option("--keep", type=click.IntRange(0), metavar="N",
+              help="Keep the N newest run folders (with --cache: and stacks); remove the rest.")
+@click.option("--max-size", metavar="SIZE",
+              help="Remove the oldest until the rest fits in SIZE (500M, 10G), for run "
+                   "folders and (with --cache) the cache's stacks and artifacts apart.")
+@click.option("--all", "everything", is_flag=True,
+              help="Remove every run folder (with --cache: the whole cache) not in use.")
+@click.option("--cache", "with_cache", is_flag=True,
+              help="Clean the artifact cache too: runtime stacks' venvs and compiled "
+                   "artifacts (rebuilt on the next use).")
+@cache_option
+@click.option("--dry-run", is_flag=True, help="Say what would go; remove nothing.")
+def clean(folder: Path, older_than: float | None, keep: int | None, max_size: str | None,
+          everything: bool, with_cache: bool, cache_dir: str, dry_run: bool) -> None:
+    """Remove old run folders under FOLDER (default: results) and, with --cache, old cache
+    entries. Only folders holding a run store, empty folders, and the cache's own entries
+    are removed; a run still writing never is. Needs a cap (--older-than, --keep,
+    --max-size) or --all."""
+    from stress import housekeeping as hk
+
+    if older_than is None and keep is None and max_size is None and not everything:
+        raise UsageError("clean needs --older-than AGE, --keep N, --max-size SIZE or --all "
+                         "(add --dry-run to see what would go)")
+    try:
+        cap = hk.parse_size(max_size) if max_size is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--max-size: {exc}") from None
+    chosen = hk.choose(hk.run_folders(folder) if folder.is_dir() else [], older_than, keep, cap,
+                       everything)
+    if with_cache:
+        cached = hk.cache_entries(Path(cache_dir))
+        for kind, k in (("stack", keep), ("artifact", None)):
+            chosen += hk.choose([e for e in cached if e.kind == kind], older_than, k, cap,
+                                everything)
+    freed = 0
+    for e in chosen:
+        if dry_run or hk.remove(e):
+            freed += e.size
+            click.echo(f"{'would remove' if dry_run else 'removed'} {e.kind} {e.path} "
+                       f"({hk.size_text(e.size)})")
+        else:
+            click.echo(f"kept {e.path}: a soak took it meanwhile")
+    click.echo(f"{'would free' if dry_run else 'freed'} {hk.size_text(freed)} "
+               f"({len(chosen)} entr{'y' if len(chosen) == 1 else 'ies'})")
 
 
 def one_line(text: str) -> str:

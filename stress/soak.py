@@ -191,15 +191,17 @@ def _command(opts: SoakOptions, seed: int) -> str:
     return shlex.join(argv)
 
 
-def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, Any]:
+def run_soak(opts: SoakOptions, observer: Observer | None = None,
+             status: Status | None = None) -> dict[str, Any]:
     """Runs one soak; returns the summary (also written to RUN_DIR/summary.json). `observer`
-    watches every job outcome and may stop the run (the gate's sequential test)."""
+    watches every job outcome and may stop the run (the gate's sequential test); `status`
+    is where its live lines go (one made here from opts.progress when none is given)."""
     from stress import __version__
     from stress.resume import check_plan, continue_plan, planned_before
 
     if opts.command and opts.engine != "exec" and not opts.resume:
         raise UsageError("a command after `--` runs only with --engine exec")
-    status = Status(opts.progress)
+    status = status or Status(opts.progress)
     previous = rundir.check_free(opts.results, opts.resume)  # refused before any work
     if previous:
         opts = continue_plan(opts, previous)
@@ -227,7 +229,7 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
     python = opts.python or sys.executable
     env = {**os.environ, **opts.env}
     status.update("soak: checking the driver (a worker interpreter imports the runtime)",
-                  force=True)
+                  force=True)  # (a new phase: said at once, in a CI log too)
     target, driver, found = resolve_target(opts, python, env)
     if previous:
         check_plan(opts.results, previous[-1]["config"], target.name, programs, patterns)

@@ -120,3 +120,12 @@ class Status:
         self.stream.flush()
         self.pending = ""
         self.last = -1e9
+
+
+class Log(Status):
+    """A Status that is also the `log(line)` callable of the verdict commands (compare,
+    bisect): their lines stay, and a long step (a stack's install) draws its live line on
+    it. Disabled (-q, --json): silent."""
+
+    def __call__(self, line: str) -> None:
+        self.say(line)

@@ -27,12 +27,16 @@ class Progress:
     def __init__(self, config: SoakConfig, session: Session, status: Status | None = None):
         self.cfg = config
         self.s = session
-        self.status = status or Status(config.progress)
-        self.enabled = self.status.enabled
-        self.tty = self.status.tty
+        self.status = status or Status(config.progress)  # (the orchestrator may swap in
+        #   its own, so that one live line goes from compile to the soak's end)
         self.last_invocations = 0
         self.last_time = time.monotonic()
         self.rate = 0.0
+        self.ticked = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.status.enabled
 
     def processes(self) -> str:
         """Processes running now: the pool (--workers) and one-job processes apart, so that
@@ -92,7 +96,10 @@ class Progress:
                 f"{again}{rate}")
 
     def tick(self) -> None:
-        if self.status.due():
+        if not self.ticked:  # the session's first line comes at once (a new phase)
+            self.ticked = True
+            self.status.update(self.line(), force=True)
+        elif self.status.due():
             self.status.update(self.line())
 
     def failure(self, cls: FailureClass, h: WorkerHandle, job: Job | None,

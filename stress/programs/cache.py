@@ -149,6 +149,10 @@ class ArtifactCache:
         key = self.key(program, target, extra)
         out = self.path_for(key)
         if out.exists():
+            try:
+                os.utime(out)  # its last use: `iree-stress clean --cache` goes by it
+            except OSError:
+                pass  # a cache shared read-only
             return Artifact(program, target, out, key, cached=True)
         src = self.root / "src" / f"{hashlib.sha256(program.mlir.encode()).hexdigest()}.mlir"
         if not src.exists():
