@@ -208,7 +208,9 @@ def soak_exit_code(summary: dict[str, Any]) -> int:
 @click.argument("run_dirs", nargs=-1, required=True,
                 type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "html", "json"]),
-              default="text", show_default=True)
+              default="text", show_default=True,
+              help="text for a terminal, markdown for a PR or step summary, html with plots, "
+                   "json for scripts.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report here instead of stdout.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path),
@@ -524,7 +526,8 @@ def one_line(text: str) -> str:
 def usage_line(exc: click.UsageError) -> str:
     """click's usage error (4 lines: usage, a help hint, a blank line, the error) as one;
     an unknown option's suggestions name today's options, never a hidden old spelling."""
-    where = exc.ctx.command_path if exc.ctx is not None else "iree-stress"
+    where = exc.ctx.command_path if exc.ctx is not None else " ".join(
+        ["iree-stress", *[a for a in sys.argv[1:2] if a in cli.commands]])
     message = one_line(exc.format_message())
     if isinstance(exc, click.NoSuchOption):
         old = {alias: new for new, aliases in RENAMED.items() for alias in aliases}

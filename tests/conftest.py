@@ -29,6 +29,10 @@ class CliResult:
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
             cwd: Path | None = None) -> CliResult:
     full_env = {**os.environ, "IREE_STRESS_CACHE": str(TEST_CACHE), **(env or {})}
+    # this checkout's package, also when cwd is elsewhere (else `-m stress` could import an
+    # installed copy of another checkout)
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), full_env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run([sys.executable, "-m", "stress", *args], capture_output=True,
                           text=True, timeout=timeout, env=full_env, cwd=cwd or REPO)
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
