@@ -38,19 +38,26 @@ def rows(db: Path, run_id: str) -> dict[str, list[tuple[object, ...]]]:
         con.close()
 
 
-def test_a_folder_that_holds_a_run_is_refused_and_resume_adds_a_run_beside_it(
+def test_a_folder_that_holds_a_run_is_refused_in_one_line_and_not_a_byte_changes(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    run = tmp_path / "run"
+    first = run_cli(*SMALL, "-n", "200", "--seed", "5", "-q", "--results", str(run))
+    assert first.rc == 0, first.stderr[-2000:]
+    before = contents(run)
+    again = run_cli(*SMALL, "-n", "200", "--seed", "6", "-q", "--results", str(run))
+    assert again.rc == 2, again.stderr[-2000:]  # (was 1, "failures found", and a traceback)
+    assert len(again.stderr.strip().splitlines()) == 1
+    assert "already holds a run (run, completed" in again.stderr
+    assert contents(run) == before  # worker-config.json kept its seed
+
+
+def test_resume_continues_the_plan_as_a_new_run_beside_the_old_one(
         tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
     run = tmp_path / "run"
     first = run_cli(*SMALL, "-d", "2s", "--seed", "5", "-q", "--json", "--results", str(run))
     assert first.rc == 0, first.stderr[-2000:]
     before, first_rows = contents(run), rows(run / "stress.db", "run")
     assert first_rows["jobs"]
-
-    again = run_cli(*SMALL, "-d", "2s", "--seed", "6", "-q", "--results", str(run))
-    assert again.rc == 2
-    assert again.stderr.strip().splitlines() == [
-        again.stderr.strip()] and "already holds a run (run, completed" in again.stderr
-    assert contents(run) == before  # not a byte changed (worker-config.json included)
 
     other = run_cli(*SMALL, "-d", "2s", "--seed", "6", "-q", "--results", str(run), "--resume")
     assert other.rc == 2 and "seed is 5, not 6" in other.stderr
