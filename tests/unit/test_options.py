@@ -103,4 +103,4 @@ def test_renamed_options_are_the_ones_docs_soak_md_lists() -> None:
     text = (REPO / "docs" / "soak.md").read_text()
     for new, olds in RENAMED.items():
         for old in olds:
-            assert f"`{old}`" in text and f"`{new}`" in text, (old, new)
+            assert f"`{old}`" in text and f"`{new}" in text, (old, new)
