@@ -24,7 +24,7 @@ from stress.options import (
     split_csv,
     target_option,
 )
-from stress.ui import Log, Status
+from stress.ui import Log, Status, erase_live
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -157,7 +157,9 @@ def soak(**kw: Any) -> None:
     """Run many invocations across worker processes x threads under device lifecycle patterns;
     record every failure with its evidence."""
     status = Status(not kw["quiet"])
-    status.update("soak: starting (programs, driver, artifacts)", force=True)  # at once
+    if status.tty:  # at once, before the imports and checks of a second or so (in a log,
+        #   where it would stay above a usage error, the first line is the driver check's)
+        status.update("soak: starting (programs, driver, artifacts)", force=True)
     from stress.analysis.text import summary_table
     from stress.soak import run_soak
 
@@ -544,6 +546,7 @@ def _main() -> None:
     try:
         cli.main(prog_name="iree-stress", standalone_mode=False)
     except UsageError as exc:
+        erase_live()
         click.echo(f"iree-stress: error: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:  # Ctrl-C before a run folder existed (one that exists is

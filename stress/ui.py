@@ -16,6 +16,7 @@ _TTY_PERIOD_S: float = 0.5  # a redrawn line: twice a second reads as live witho
 _PLAIN_PERIOD_S: float = 10.0  # one line per 10 s keeps a CI log readable
 _WIDTH: int = 160  # a redrawn line is cut here (a wider line wraps and cannot be redrawn)
 _RED, _RESET = "\033[31m", "\033[0m"
+_live: list[Status] = []  # the terminal line drawn now (an error erases it first)
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -51,6 +52,12 @@ def duration_text(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60} s" if s % 60 else f"{s // 60} min"
     return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def erase_live() -> None:
+    """Before an error line: the live line goes, so that the error is all the screen says."""
+    for status in list(_live):
+        status.erase()
 
 
 class Status:
@@ -89,6 +96,8 @@ class Status:
             line = text[:_WIDTH]
             self.stream.write("\r" + line.ljust(len(self.shown)))
             self.shown = line
+            if self not in _live:
+                _live.append(self)
         else:
             self.stream.write(text + "\n")
         self.pending = ""
@@ -98,11 +107,18 @@ class Status:
         """A line that stays (a failure, a phase's end), above the live line."""
         if not self.enabled:
             return
-        if self.tty and self.shown:
-            self.stream.write("\r" + " " * len(self.shown) + "\r")
-            self.shown = ""
+        self.erase()
         self.stream.write(text + "\n")
         self.stream.flush()
+
+    def erase(self) -> None:
+        """Takes the redrawn line off the terminal (what was said before it stays)."""
+        if self.tty and self.shown:
+            self.stream.write("\r" + " " * len(self.shown) + "\r")
+            self.stream.flush()
+            self.shown = ""
+        if self in _live:
+            _live.remove(self)
 
     def done(self, text: str | None = None) -> None:
         """Ends the live line: `text` (or the last state held back) stays on screen."""
@@ -115,6 +131,8 @@ class Status:
             if self.shown:
                 self.stream.write("\n")
             self.shown = ""
+            if self in _live:
+                _live.remove(self)
         elif final:
             self._draw(final)
         self.stream.flush()

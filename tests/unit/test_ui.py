@@ -83,3 +83,13 @@ def test_colour_only_on_a_terminal_without_no_color(monkeypatch: pytest.MonkeyPa
 def test_time_left_comes_from_the_rate_so_far(done: int, total: int, elapsed: float,
                                               want: str) -> None:
     assert ui.eta(done, total, elapsed) == want
+
+
+def test_an_error_takes_the_live_line_off_the_terminal_first() -> None:
+    out = FakeTerminal()
+    status = ui.Status(True, out, Clock())
+    status.update("soak: starting", force=True)
+    ui.erase_live()
+    out.write("iree-stress: error: bad\n")
+    assert out.getvalue().split("\r")[-1] == "iree-stress: error: bad\n"
+    assert out.getvalue() == "\rsoak: starting\r" + " " * 14 + "\riree-stress: error: bad\n"
