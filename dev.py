@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import shlex
 import subprocess
 import sys
@@ -27,6 +28,7 @@ VENV = ROOT / ".venv"
 BIN = VENV / "bin"
 STAMP = VENV / ".iree-stress-installed"
 _PIP_TAIL = 12  # lines of pip's output shown when it fails
+_TICK_S = 0.5  # the install line's elapsed time moves this often, pip silent or not
 
 
 def _status() -> Any:
@@ -56,19 +58,26 @@ def ensure_env() -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check",
            "--progress-bar", "off", "-e", f"{ROOT}[dev]"]
-    proc = subprocess.Popen(pip, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1)
+    proc = subprocess.Popen(pip, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
     tail: list[str] = []
-    steps = 0
-    for line in proc.stdout:
-        text = line.strip()
-        if not text:
-            continue
-        tail = (tail + [text])[-_PIP_TAIL:]
-        steps += text.startswith(("Collecting ", "Downloading ", "Using cached ", "Building "))
+    steps, current, pending = 0, "starting pip", b""
+    while True:  # (woken every _TICK_S: pip is silent for long while it unpacks big wheels)
+        ready, _, _ = select.select([proc.stdout], [], [], _TICK_S)
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            for raw in lines:
+                text = raw.decode(errors="replace").strip()
+                if text:
+                    tail = (tail + [text])[-_PIP_TAIL:]
+                    steps += text.startswith(("Collecting ", "Downloading ", "Using cached ",
+                                              "Building ", "Processing "))
+                    current = text[:90]
         status.update(f"dev.py: installing into .venv, {time.monotonic() - started:.0f} s, "
-                      f"{steps} package step(s): {text[:90]}")
+                      f"{steps} package step(s): {current}")
     if proc.wait() != 0:
         status.done()
         print("dev.py: pip install failed:\n  " + "\n  ".join(tail), file=sys.stderr)
