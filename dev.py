@@ -18,6 +18,7 @@ import select
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import venv
 from pathlib import Path
@@ -53,9 +54,18 @@ def ensure_env() -> None:
                              "dependencies (downloads the IREE compiler and runtime wheels; a "
                              "minute or two)" if first else
                              "pyproject.toml changed: reinstalling iree-stress into .venv"))
-    if first:
-        status.update("dev.py: creating .venv", force=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
+    if first:  # (python -m venv with its pip: ~25 s on a busy machine, silent)
+        maker = threading.Thread(target=venv.EnvBuilder(with_pip=True).create, args=(VENV,))
+        maker.start()
+        while maker.is_alive():
+            status.update(f"dev.py: creating .venv (with pip), "
+                          f"{time.monotonic() - started:.0f} s")
+            maker.join(_TICK_S)
+        if not (BIN / "python").exists():
+            status.done()
+            print("dev.py: creating .venv failed (python3 -m venv: is the venv module "
+                  "installed? on Debian: apt install python3-venv)", file=sys.stderr)
+            sys.exit(1)
     pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check",
            "--progress-bar", "off", "-e", f"{ROOT}[dev]"]
     proc = subprocess.Popen(pip, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
