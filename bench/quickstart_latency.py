@@ -46,6 +46,7 @@ def run_on_terminal(argv: list[str], cwd: Path, env: dict[str, str],
                             start_new_session=True)
     os.close(slave)
     events: list[tuple[float, str]] = []
+    raw = bytearray()  # everything drawn (RAW_DIR: to read a failure afterwards)
     while True:
         ready, _, _ = select.select([master], [], [], _READ_WAKE_S)
         now = time.monotonic() - start
@@ -57,6 +58,7 @@ def run_on_terminal(argv: list[str], cwd: Path, env: dict[str, str],
             if not data and proc.poll() is not None:
                 break
             if data:
+                raw += data
                 text = _ANSI.sub("", data.decode(errors="replace"))
                 shown = [x.strip() for x in re.split(r"[\r\n]", text) if x.strip()]
                 events.append((now, shown[-1] if shown else ""))
@@ -70,9 +72,18 @@ def run_on_terminal(argv: list[str], cwd: Path, env: dict[str, str],
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             os.close(master)
+            _keep(argv, raw)
             return events, None, now
     os.close(master)
+    _keep(argv, raw)
     return events, proc.wait(), time.monotonic() - start
+
+
+def _keep(argv: list[str], raw: bytes) -> None:
+    folder = os.environ.get("QUICKSTART_RAW_DIR")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / f"{'_'.join(argv[1:])}.out").write_bytes(raw)
 
 
 def longest_silence(events: list[tuple[float, str]], total: float) -> tuple[float, float]:
