@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from stress import __version__
-from stress.errors import UsageError
+from stress.errors import UsageError, one_line, usage_line
 from stress.options import (
     RENAMED,
     Duration,
@@ -450,23 +450,7 @@ def runs(folder: Path, cache_dir: str, as_json: bool) -> None:
     stacks' venvs, each with its size and last use). `iree-stress clean` removes them."""
     from stress import housekeeping as hk
 
-    found = hk.run_folders(folder) if folder.is_dir() else []
-    cached = hk.cache_entries(Path(cache_dir))
-    if as_json:
-        click.echo(hk.summary_json(found + cached))
-        return
-    for e in found:
-        click.echo(e.describe())
-    total = sum(e.size for e in found)
-    click.echo(f"{sum(e.kind == 'run' for e in found)} run folder(s) in {folder}, "
-               f"{hk.size_text(total)}")
-    stacks = [e for e in cached if e.kind == "stack"]
-    for e in stacks:
-        click.echo(e.describe())
-    arts = [e for e in cached if e.kind == "artifact"]
-    click.echo(f"cache {cache_dir}: {len(arts)} artifact file(s) "
-               f"{hk.size_text(sum(e.size for e in arts))}, {len(stacks)} stack(s) "
-               f"{hk.size_text(sum(e.size for e in stacks))}")
+    click.echo(hk.listing(folder, Path(cache_dir), as_json))
 
 
 @cli.command(context_settings=CONTEXT)
@@ -501,45 +485,9 @@ def clean(folder: Path, older_than: float | None, keep: int | None, max_size: st
         cap = hk.parse_size(max_size) if max_size is not None else None
     except ValueError as exc:
         raise UsageError(f"--max-size: {exc}") from None
-    chosen = hk.choose(hk.run_folders(folder) if folder.is_dir() else [], older_than, keep, cap,
-                       everything)
-    if with_cache:
-        cached = hk.cache_entries(Path(cache_dir))
-        for kind, k in (("stack", keep), ("artifact", None)):
-            chosen += hk.choose([e for e in cached if e.kind == kind], older_than, k, cap,
-                                everything)
-    freed = 0
-    for e in chosen:
-        if dry_run or hk.remove(e):
-            freed += e.size
-            click.echo(f"{'would remove' if dry_run else 'removed'} {e.kind} {e.path} "
-                       f"({hk.size_text(e.size)})")
-        else:
-            click.echo(f"kept {e.path}: a soak took it meanwhile")
-    click.echo(f"{'would free' if dry_run else 'freed'} {hk.size_text(freed)} "
-               f"({len(chosen)} entr{'y' if len(chosen) == 1 else 'ies'})")
-
-
-def one_line(text: str) -> str:
-    """A message as one line (the exit-2 promise): its lines joined, spaces collapsed."""
-    return " ".join(text.split())
-
-
-def usage_line(exc: click.UsageError) -> str:
-    """click's usage error (4 lines: usage, a help hint, a blank line, the error) as one;
-    an unknown option's suggestions name today's options, never a hidden old spelling."""
-    where = exc.ctx.command_path if exc.ctx is not None else " ".join(
-        ["iree-stress", *[a for a in sys.argv[1:2] if a in cli.commands]])
-    message = one_line(exc.format_message())
-    if isinstance(exc, click.NoSuchOption):
-        old = {alias: new for new, aliases in RENAMED.items() for alias in aliases}
-        hidden = {o for p in (exc.ctx.command.params if exc.ctx else [])
-                  if isinstance(p, click.Option) and p.hidden for o in p.opts}
-        maybe = list(dict.fromkeys(old.get(p, p) for p in exc.possibilities or ()
-                                   if p not in hidden))
-        message = f"no such option {exc.option_name}" + \
-            (f" (did you mean {' or '.join(maybe)}?)" if maybe else "")
-    return f"{where}: error: {message} (see {where} --help)"
+    for line in hk.clean(folder, Path(cache_dir) if with_cache else None, older_than, keep,
+                         cap, everything, dry_run):
+        click.echo(line)
 
 
 def _main() -> None:
@@ -554,7 +502,7 @@ def _main() -> None:
         click.echo("iree-stress: interrupted", err=True)
         sys.exit(EXIT_INCONCLUSIVE)
     except click.UsageError as exc:
-        click.echo(usage_line(exc), err=True)
+        click.echo(usage_line(exc, RENAMED, cli), err=True)
         sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
         click.echo(f"iree-stress: error: {one_line(exc.format_message())}", err=True)

@@ -229,5 +229,43 @@ def remove(entry: Entry) -> bool:
     return True
 
 
-def summary_json(entries: list[Entry]) -> str:
-    return json.dumps([e.as_dict() for e in entries])
+def listing(folder: Path, cache: Path, as_json: bool = False) -> str:
+    """`iree-stress runs`: the run folders under `folder`, then what the cache holds."""
+    found = run_folders(folder) if folder.is_dir() else []
+    cached = cache_entries(cache)
+    if as_json:
+        return json.dumps([e.as_dict() for e in found + cached])
+    stacks = [e for e in cached if e.kind == "stack"]
+    arts = [e for e in cached if e.kind == "artifact"]
+    lines = [e.describe() for e in found]
+    lines.append(f"{sum(e.kind == 'run' for e in found)} run folder(s) in {folder}, "
+                 f"{size_text(sum(e.size for e in found))}")
+    lines += [e.describe() for e in stacks]
+    lines.append(f"cache {cache}: {len(arts)} artifact file(s) "
+                 f"{size_text(sum(e.size for e in arts))}, {len(stacks)} stack(s) "
+                 f"{size_text(sum(e.size for e in stacks))}")
+    return "\n".join(lines)
+
+
+def clean(folder: Path, cache: Path | None, older_than_s: float | None, keep: int | None,
+          max_size: int | None, everything: bool, dry_run: bool) -> Iterator[str]:
+    """`iree-stress clean`: removes (or, dry, names) what the caps choose, one line each,
+    then what that freed. Caps apply to run folders and, with a cache, to its stacks and
+    its artifacts apart (`keep` counts run folders and stacks, not artifact files)."""
+    chosen = choose(run_folders(folder) if folder.is_dir() else [], older_than_s, keep,
+                    max_size, everything)
+    if cache is not None:
+        cached = cache_entries(cache)
+        for kind, k in (("stack", keep), ("artifact", None)):
+            chosen += choose([e for e in cached if e.kind == kind], older_than_s, k, max_size,
+                             everything)
+    freed = 0
+    for e in chosen:
+        if dry_run or remove(e):
+            freed += e.size
+            yield (f"{'would remove' if dry_run else 'removed'} {e.kind} {e.path} "
+                   f"({size_text(e.size)})")
+        else:
+            yield f"kept {e.path}: a soak took it meanwhile"
+    yield (f"{'would free' if dry_run else 'freed'} {size_text(freed)} "
+           f"({len(chosen)} entr{'y' if len(chosen) == 1 else 'ies'})")
