@@ -33,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _READ_WAKE_S: float = 0.2
+_CUT_GRACE_S: float = 30.0  # a command cut by SIGINT may print its report this long
 _KEEP_EVERY_S: float = 3.0  # output events listed at most this often (after the first 5 s)
 
 
@@ -47,6 +48,7 @@ def run_on_terminal(argv: list[str], cwd: Path, env: dict[str, str],
     os.close(slave)
     events: list[tuple[float, str]] = []
     raw = bytearray()  # everything drawn (RAW_DIR: to read a failure afterwards)
+    cut: float | None = None
     while True:
         ready, _, _ = select.select([master], [], [], _READ_WAKE_S)
         now = time.monotonic() - start
@@ -64,19 +66,15 @@ def run_on_terminal(argv: list[str], cwd: Path, env: dict[str, str],
                 events.append((now, shown[-1] if shown else ""))
         elif proc.poll() is not None:
             break
-        if limit_s is not None and now > limit_s:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            os.close(master)
-            _keep(argv, raw)
-            return events, None, now
+        if limit_s is not None and now > limit_s and cut is None:
+            os.killpg(proc.pid, signal.SIGINT)  # (its last words are still read, kept)
+            cut = now
+        if cut is not None and time.monotonic() - start > cut + _CUT_GRACE_S:
+            os.killpg(proc.pid, signal.SIGKILL)
     os.close(master)
     _keep(argv, raw)
-    return events, proc.wait(), time.monotonic() - start
+    rc = proc.wait()
+    return events, None if cut is not None else rc, cut or time.monotonic() - start
 
 
 def _keep(argv: list[str], raw: bytes) -> None:
