@@ -219,8 +219,9 @@ class ArtifactCache:
                     if on_done:
                         on_done(prog.name, art)
                 show()
-        except BaseException:  # Ctrl-C: compiles not begun never start
+        except BaseException:  # Ctrl-C: compiles not begun never start, running ones end
             pool.shutdown(wait=False, cancel_futures=True)
+            compiler.stop_all()
             raise
         pool.shutdown()
         if status is not None and cold:

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from stress.programs.targets import Target
 
 _COMPILE_TIMEOUT_S: float = 600.0  # 8M-element programs take seconds; a stuck compile is a bug
 _DIAGNOSTIC_LINES: int = 12  # first lines of compiler output shown for a failed program
+_RUNNING: set[subprocess.Popen[str]] = set()  # compiles running now (stop_all)
+_RUNNING_LOCK = threading.Lock()  # compiles start and end on the cache's pool threads
 
 
 @dataclass(frozen=True)
@@ -114,12 +117,33 @@ def user_paths(text: str, program: Program, source: str) -> str:
 def run_compile(program: Program, argv: list[str]) -> None:
     """Runs one compile; raises CompileError carrying argv, stdout and stderr (diagnostics
     of a user program point at the user's file, not at the cache's copy)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
+        stdout, stderr = proc.communicate(timeout=_COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.communicate()
         raise CompileError(program.name, argv, -1, "", f"timed out after {exc.timeout} s") from None
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
     if proc.returncode != 0:
         source = argv[1] if len(argv) > 1 else ""
         raise CompileError(program.name, argv, proc.returncode,
-                           user_paths(proc.stdout, program, source),
-                           user_paths(proc.stderr, program, source))
+                           user_paths(stdout, program, source),
+                           user_paths(stderr, program, source))
+
+
+def stop_all() -> None:
+    """Kills the compiles running now (an interrupt: Ctrl-C, or SIGINT sent to iree-stress
+    alone, which its compiler processes do not get), so that the interrupted run ends at
+    once instead of waiting for them."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        try:
+            proc.kill()
+        except OSError:
+            pass

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import REPO, run_cli
@@ -87,8 +88,10 @@ def test_ctrl_c_while_compiling_exits_3_with_a_run_that_report_reads(tmp_path: P
     assert any("compiling for cpu" in x for x in seen), seen
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 3, err
-    assert "interrupted by SIGINT while compiling" in out
+    assert proc.returncode == 3, (out, err)
+    assert "interrupted by SIGINT while compiling" in out, (out, err)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(
+        p.info["cmdline"] or [])]  # no compiler left running into its cache
     report = run_cli("report", str(tmp_path / "run"))
     assert report.rc == 0, report.stderr
     assert "interrupted" in report.stdout
