@@ -37,6 +37,12 @@ _CUT_GRACE_S: float = 30.0  # a command cut by SIGINT may print its report this 
 _KEEP_EVERY_S: float = 3.0  # output events listed at most this often (after the first 5 s)
 
 
+def _default_sigint() -> None:
+    """Ctrl-C as on a terminal: a shell starts background jobs (this script under `&`) with
+    SIGINT ignored, and an interpreter that starts so never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_on_terminal(argv: list[str], cwd: Path, env: dict[str, str],
                     limit_s: float | None) -> tuple[list[tuple[float, str]], int | None, float]:
     """(output events: (seconds since start, the text drawn), exit code or None when cut at
@@ -44,7 +50,7 @@ def run_on_terminal(argv: list[str], cwd: Path, env: dict[str, str],
     master, slave = pty.openpty()
     start = time.monotonic()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
     os.close(slave)
     events: list[tuple[float, str]] = []
     raw = bytearray()  # everything drawn (RAW_DIR: to read a failure afterwards)

@@ -71,12 +71,19 @@ def test_programs_refuses_a_user_file_that_does_not_compile(tmp_path: Path) -> N
     assert res.rc == 0 and "user.scale_shift" in res.stdout
 
 
+def default_sigint() -> None:
+    """Ctrl-C reaches the soak as from a terminal, also when this suite was started with
+    SIGINT ignored (a shell's background job): then the soak would never see it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_while_compiling_exits_3_with_a_run_that_report_reads(tmp_path: Path) -> None:
     env = {**os.environ, "IREE_STRESS_CACHE": str(tmp_path / "cold-cache"),
            "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "stress", "soak", "-t", "cpu", "-d", "5s",
                              "--programs", "binary.*", "--results", str(tmp_path / "run")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=default_sigint)
     assert proc.stderr is not None
     seen = []
     deadline = time.monotonic() + 120
