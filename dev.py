@@ -101,7 +101,12 @@ def run(argv: list[str]) -> int:
     os.chdir(ROOT)
     shown = [Path(a).name if a.startswith(str(BIN)) else a for a in argv]
     print(f"dev.py: {shlex.join(shown)}", file=sys.stderr, flush=True)
-    return subprocess.call(argv)
+    child = subprocess.Popen(argv)
+    while True:  # Ctrl-C reaches the command from the terminal: its answer is dev.py's
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            continue
 
 
 def main() -> int:
