@@ -10,17 +10,20 @@ from typing import Any
 
 import click
 
-from stress.errors import UsageError
+from stress.errors import UsageError, one_line, usage_line
 from stress.options import (
+    RENAMED,
     Duration,
     cache_option,
-    jobs_option,
+    compilers_option,
+    option,
     programs_option,
     run_options,
     soak_options_from,
     split_csv,
     target_option,
 )
+from stress.ui import Log, Status, erase_live
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -36,8 +39,6 @@ def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      show_envvar=True,
                      help="python: our workers; exec: the command after `--`, one process "
                           "per job; native: iree-run-module processes."),
-        click.option("--parallel", type=click.IntRange(1), metavar="N",
-                     help="exec/native: copies running at once (ctest -j N)  [default: 1]"),
         click.option("--done-regex", metavar="REGEX",
                      help="exec: the command's output line saying its work is done; an exit "
                           "later than --teardown-timeout after it is a teardown hang."),
@@ -55,8 +56,6 @@ def apply_engine(opts: Any, kw: dict[str, Any]) -> Any:
     """Sets engine_options' values on SoakOptions."""
     opts.engine, opts.command = kw["engine"], list(kw["command"])
     opts.done_regex, opts.record = kw["done_regex"], kw["record"]
-    if kw["parallel"] is not None:
-        opts.workers = kw["parallel"]
     return opts
 
 
@@ -84,15 +83,28 @@ def cli() -> None:
 @click.option("--kind", help="unary | binary | chain | dynamic")
 @click.option("--op", help="e.g. add, exp, silu")
 @click.option("--dtype", help="f32 | f16 | bf16 | i32 | i8")
+@click.option("--target", "-t", envvar="IREE_STRESS_TARGET", show_envvar=True, default="cpu",
+              show_default=True, help="The target a --mlir file is compiled for, to check it.")
+@cache_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per program.")
 def programs(programs: tuple[str, ...], program_files: tuple[str, ...], kind: str | None,
-             op: str | None, dtype: str | None, as_json: bool) -> None:
-    """List corpus (and user) programs: name, op, dtype, shape."""
-    from stress.programs import corpus, userprog
+             op: str | None, dtype: str | None, target: str, cache_dir: str,
+             as_json: bool) -> None:
+    """List corpus (and user) programs: name, op, dtype, shape. A --mlir file is compiled
+    (into the cache) to check it: one that does not compile is an error naming its line
+    (exit 2)."""
+    from stress.programs import cache, corpus, targets, userprog
 
     progs = corpus.select(split_csv(programs), kind=kind, op=op, dtype=dtype) \
         if programs or not program_files else []
-    progs += [userprog.load(f) for f in program_files]
+    users = [userprog.load(f) for f in program_files]
+    if users:
+        report = cache.ArtifactCache(Path(cache_dir)).compile_all(users, targets.parse(target))
+        if report.errors:
+            more = f" (and {len(report.errors) - 1} more)" if len(report.errors) > 1 else ""
+            raise UsageError(f"does not compile for {target}: {report.errors[0].one_line()}"
+                             f"{more}")
+    progs += users
     if not progs:
         raise UsageError("no program matches those filters")
     for p in progs:
@@ -102,14 +114,15 @@ def programs(programs: tuple[str, ...], program_files: tuple[str, ...], kind: st
         else:
             click.echo(f"{p.name:<44} {p.op:<16} {p.dtype:<5} {p.shape_text}")
     if not as_json:
-        click.echo(f"{len(progs)} programs", err=True)
+        checked = f" ({len(users)} compiled for {target})" if users else ""
+        click.echo(f"{len(progs)} programs{checked}", err=True)
 
 
 @cli.command(context_settings=CONTEXT)
 @target_option
 @programs_option
 @cache_option
-@jobs_option
+@compilers_option
 @click.option("--export", "export_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Also copy the artifacts to this folder with a manifest "
                    "(for `soak --artifacts` on a machine without a compiler).")
@@ -122,7 +135,7 @@ def compile(target: str | None, programs: tuple[str, ...], program_files: tuple[
     tgt = targets.parse(target or "cpu")
     progs = choose_programs(split_csv(programs), list(program_files))
     store = cache.ArtifactCache(Path(cache_dir))
-    report = store.compile_all(progs, tgt, jobs=compile_jobs)
+    report = store.compile_all(progs, tgt, jobs=compile_jobs, status=Status(True))
     for err in report.errors:
         click.echo(err.describe(), err=True)
     click.echo(f"{tgt.name}: {report.compiled} compiled, {report.cached} cached, "
@@ -138,7 +151,12 @@ def compile(target: str | None, programs: tuple[str, ...], program_files: tuple[
 @run_options
 @engine_options
 @click.option("--duration", "-d", type=Duration(), envvar="IREE_STRESS_DURATION",
-              show_envvar=True, help="How long: 90s, 10m, 2h  [default: 20s]")
+              show_envvar=True, help="How long, counted from the first job (not worker "
+                                     "start-up): 90s, 10m, 2h  [default: 20s]")
+@click.option("--resume", is_flag=True,
+              help="--results holds a run: continue its plan there (same seed, programs, "
+                   "patterns; the next jobs of its schedule) as a new run beside the old ones "
+                   "(files in DIR/resume-K/), which are never rewritten.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
 @click.option("--gpus", metavar="all|N|I,J",
@@ -147,6 +165,10 @@ def compile(target: str | None, programs: tuple[str, ...], program_files: tuple[
 def soak(**kw: Any) -> None:
     """Run many invocations across worker processes x threads under device lifecycle patterns;
     record every failure with its evidence."""
+    status = Status(not kw["quiet"])
+    if status.tty:  # at once, before the imports and checks of a second or so (in a log,
+        #   where it would stay above a usage error, the first line is the driver check's)
+        status.update("soak: starting (programs, driver, artifacts)", force=True)
     from stress.analysis.text import summary_table
     from stress.soak import run_soak
 
@@ -155,7 +177,7 @@ def soak(**kw: Any) -> None:
 
     opts = apply_engine(soak_options_from(kw, kw["duration"], not kw["quiet"], sys.argv[2:]),
                         kw)
-    summary = run_soak(opts)
+    summary = run_soak(opts, status=status)
     if kw["as_json"]:
         click.echo(json.dumps(summary))
     else:
@@ -197,7 +219,9 @@ def soak_exit_code(summary: dict[str, Any]) -> int:
 @click.argument("run_dirs", nargs=-1, required=True,
                 type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "html", "json"]),
-              default="text", show_default=True)
+              default="text", show_default=True,
+              help="text for a terminal, markdown for a PR or step summary, html with plots, "
+                   "json for scripts.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report here instead of stdout.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path),
@@ -241,9 +265,10 @@ def report(run_dirs: tuple[Path, ...], fmt: str, output: Path | None,
               help="1 - each error rate of the sequential test (false PASS, false FAIL).")
 @click.option("--design-effect", type=click.FloatRange(1), default=3.0, show_default=True,
               help="Clustering assumed until the data show more (1: independent jobs).")
-@click.option("--budget", type=Duration(), default="10m", show_default=True,
-              envvar="IREE_STRESS_BUDGET", show_envvar=True,
-              help="Longest soak; undecided then: INCONCLUSIVE.")
+@option("--duration", "-d", "duration", aliases=RENAMED["--duration"], type=Duration(),
+        default="10m", show_default=True,
+        envvar=["IREE_STRESS_DURATION", "IREE_STRESS_BUDGET"], show_envvar=True,
+        help="Longest soak (from the first job); undecided then: INCONCLUSIVE.")
 @click.option("--fatal", default="crash,hang,teardown_hang,miscompare", show_default=True,
               help="Classes whose new signatures FAIL at once (comma list, or none).")
 @click.option("--known", "known_files", multiple=True,
@@ -276,7 +301,7 @@ def gate(**kw: Any) -> None:
     if kw["from_dirs"]:
         result = gate_mod.evaluate(list(kw["from_dirs"]), spec)
     else:
-        opts = apply_engine(soak_options_from(kw, kw["budget"], not kw["quiet"],
+        opts = apply_engine(soak_options_from(kw, kw["duration"], not kw["quiet"],
                                               sys.argv[2:]), kw)
         result = gate_mod.run_gate(opts, spec)
     if kw["as_json"]:
@@ -333,8 +358,7 @@ def compare(**kw: Any) -> None:
     from stress.verdicts import compare as compare_mod
 
     opts = apply_engine(soak_options_from(kw, kw["duration"], False, sys.argv[2:]), kw)
-    log = (lambda _line: None) if kw["quiet"] or kw["as_json"] else \
-        (lambda line: click.echo(line, err=True))
+    log = Log(not (kw["quiet"] or kw["as_json"]))  # lines and live steps, on stderr
     if kw["grid"]:
         cells = compare_mod.run_grid(opts, kw["stacks_file"], kw["a"], kw["b"], kw["trials"],
                                      kw["results"], log)
@@ -372,8 +396,7 @@ def bisect(**kw: Any) -> None:
     from stress.verdicts import bisect as bisect_mod
 
     opts = soak_options_from(kw, kw["duration"], False, sys.argv[2:])
-    log = (lambda _line: None) if kw["quiet"] or kw["as_json"] else \
-        (lambda line: click.echo(line, err=True))
+    log = Log(not (kw["quiet"] or kw["as_json"]))  # lines and live steps, on stderr
     result = bisect_mod.run_bisect(opts, kw["stacks_file"], kw["good"], kw["bad"],
                                    kw["results"], log, kw["p_good"], kw["p_bad"],
                                    kw["max_trials"])
@@ -383,8 +406,8 @@ def bisect(**kw: Any) -> None:
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("folder", type=click.Path(exists=True, path_type=Path))
-@click.option("--times", "-n", type=click.IntRange(1), default=20, show_default=True,
-              help="Reruns of the job.")
+@option("--times", "times", aliases=RENAMED["--times"], type=click.IntRange(1), default=20,
+        show_default=True, metavar="N", help="Reruns of the job.")
 @click.option("--replay", "with_replay", is_flag=True,
               help="Native failures: also run the folder's recorded HAL stream with "
                    "iree-run-replay, --times times.")
@@ -394,11 +417,13 @@ def repro(folder: Path, times: int, with_replay: bool, device: str | None,
           quiet: bool) -> None:
     """Rerun exactly the job of one failure (FOLDER: RUN_DIR/failures/NNNN-...): same engine,
     program, pattern, input seed, command, environment and interpreter, one at a time, and
-    say how often it fails the same way, with a 95% interval, beside the original run's rate.
-    Exit 1 when it failed again, 0 when not. With --replay, FOLDER may also be a recorded
-    healthy job's replay (RUN_DIR/native/replays/*.ireereplay): only that is replayed."""
-    from stress.soak import repro as repro_run
-    from stress.soak import run_replays
+    say how often it fails the same way (a count and a rate, with a 95% interval) beside the
+    original run's rate. The reruns are a run of their own in FOLDER/repro-TIME/; every
+    failure folder's repro.sh runs this command. Exit 1 when it failed again, 0 when not.
+    With --replay, FOLDER may also be a recorded healthy job's replay
+    (RUN_DIR/native/replays/*.ireereplay): only that is replayed."""
+    from stress.repro import repro as repro_run
+    from stress.repro import run_replays
 
     if with_replay and folder.suffix == ".ireereplay":
         codes = run_replays(folder, device or "local-task", times, None)
@@ -425,17 +450,73 @@ def main() -> None:
         raise
 
 
+@cli.command(context_settings=CONTEXT)
+@click.argument("folder", required=False, default="results",
+                type=click.Path(file_okay=False, path_type=Path))
+@cache_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON list of the entries.")
+def runs(folder: Path, cache_dir: str, as_json: bool) -> None:
+    """List the run folders under FOLDER (default: results): status, date of the last run,
+    runs, invocations, failures, size; then what the cache holds (artifacts, runtime
+    stacks' venvs, each with its size and last use). `iree-stress clean` removes them."""
+    from stress import housekeeping as hk
+
+    click.echo(hk.listing(folder, Path(cache_dir), as_json))
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("folder", required=False, default="results",
+                type=click.Path(file_okay=False, path_type=Path))
+@click.option("--older-than", type=Duration(), metavar="AGE",
+              help="Remove what was last run (cache: last used) more than AGE ago: 7d, 12h.")
+@click.option("--keep", type=click.IntRange(0), metavar="N",
+              help="Keep the N newest run folders (with --cache: and stacks); remove the rest.")
+@click.option("--max-size", metavar="SIZE",
+              help="Remove the oldest until the rest fits in SIZE (500M, 10G), for run "
+                   "folders and (with --cache) the cache's stacks and artifacts apart.")
+@click.option("--all", "everything", is_flag=True,
+              help="Remove every run folder (with --cache: the whole cache) not in use.")
+@click.option("--cache", "with_cache", is_flag=True,
+              help="Clean the artifact cache too: runtime stacks' venvs and compiled "
+                   "artifacts (rebuilt on the next use).")
+@cache_option
+@click.option("--dry-run", is_flag=True, help="Say what would go; remove nothing.")
+def clean(folder: Path, older_than: float | None, keep: int | None, max_size: str | None,
+          everything: bool, with_cache: bool, cache_dir: str, dry_run: bool) -> None:
+    """Remove old run folders under FOLDER (default: results) and, with --cache, old cache
+    entries. Only folders holding a run store, empty folders, and the cache's own entries
+    are removed; a run still writing never is. Needs a cap (--older-than, --keep,
+    --max-size) or --all."""
+    from stress import housekeeping as hk
+
+    if older_than is None and keep is None and max_size is None and not everything:
+        raise UsageError("clean needs --older-than AGE, --keep N, --max-size SIZE or --all "
+                         "(add --dry-run to see what would go)")
+    try:
+        cap = hk.parse_size(max_size) if max_size is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--max-size: {exc}") from None
+    for line in hk.clean(folder, Path(cache_dir) if with_cache else None, older_than, keep,
+                         cap, everything, dry_run):
+        click.echo(line)
+
+
 def _main() -> None:
     try:
         cli.main(prog_name="iree-stress", standalone_mode=False)
     except UsageError as exc:
-        click.echo(f"iree-stress: error: {exc}", err=True)
+        erase_live()
+        click.echo(f"iree-stress: error: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("iree-stress: aborted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort:  # Ctrl-C before a run folder existed (one that exists is
+        #   recorded as interrupted by the run itself and reported)
+        click.echo("iree-stress: interrupted", err=True)
+        sys.exit(EXIT_INCONCLUSIVE)
+    except click.UsageError as exc:
+        click.echo(usage_line(exc, RENAMED, cli), err=True)
+        sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"iree-stress: error: {one_line(exc.format_message())}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-
-from stress.programs.cache import default_cache_dir
+from click.core import ParameterSource
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,6 +45,44 @@ class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only in ne
             self.fail(str(exc), param, ctx)
 
 
+class AliasedOption(click.Option):
+    """An option with old spellings that still parse but are left out of --help and of error
+    messages (renamed options keep their old names as hidden aliases for one release)."""
+
+    def __init__(self, param_decls: list[str], *, aliases: tuple[str, ...] = (),
+                 **kwargs: Any):
+        super().__init__([*param_decls, *aliases], **kwargs)
+        self.aliases = tuple(aliases)
+
+    def _shown(self) -> tuple[list[str], list[str]]:
+        return ([o for o in self.opts if o not in self.aliases],
+                [o for o in self.secondary_opts if o not in self.aliases])
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        saved = self.opts, self.secondary_opts
+        self.opts, self.secondary_opts = self._shown()
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts, self.secondary_opts = saved
+
+    def get_error_hint(self, ctx: click.Context | None) -> str:
+        return " / ".join(f"'{o}'" for o in self._shown()[0])
+
+
+def option(*param_decls: str, aliases: tuple[str, ...] = (), **kwargs: Any) -> Callable[[F], F]:
+    """click.option with hidden `aliases` (old spellings)."""
+    return click.option(*param_decls, cls=AliasedOption, aliases=aliases, **kwargs)
+
+
+# Old spellings kept for one release (docs/soak.md, "Option names"): new name -> old ones.
+RENAMED: dict[str, tuple[str, ...]] = {
+    "--programs": ("-p",), "--patterns": ("-P",), "--mlir": ("--program",),
+    "--compilers": ("-j", "--jobs"), "--workers": ("--parallel",), "--times": ("-n",),
+    "--duration": ("--budget",),
+}
+
+
 def split_csv(values: tuple[str, ...]) -> list[str]:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
@@ -57,24 +94,34 @@ def target_option(f: F) -> F:
 
 
 def programs_option(f: F) -> F:
-    f = click.option("--program", "program_files", multiple=True, metavar="FILE.mlir",
-                     help="A user program (plain func.func or fusilli-style torch MLIR). "
-                          "Repeatable.")(f)
-    return click.option("--programs", "-p", multiple=True, metavar="GLOB",
-                        help="Corpus programs by name glob (comma list or repeatable), "
-                             "e.g. 'binary.add.*'.")(f)
+    f = option("--mlir", "program_files", aliases=RENAMED["--mlir"], multiple=True,
+               metavar="FILE.mlir",
+               help="A user program (plain func.func or fusilli-style torch MLIR). "
+                    "Repeatable.")(f)
+    return option("--programs", "programs", aliases=RENAMED["--programs"], multiple=True,
+                  metavar="GLOB",
+                  help="Corpus programs by name glob (comma list or repeatable), "
+                       "e.g. 'binary.add.*'. Default: all (none with only --mlir).")(f)
+
+
+def _default_cache_dir() -> str:
+    from stress.programs.cache import default_cache_dir  # (late: it imports numpy, and the
+    #   CLI must say something within a second of its start)
+
+    return str(default_cache_dir())
 
 
 def cache_option(f: F) -> F:
     return click.option("--cache-dir", type=click.Path(file_okay=False), envvar="IREE_STRESS_CACHE",
-                        show_envvar=True, default=lambda: str(default_cache_dir()),
+                        show_envvar=True, default=_default_cache_dir,
                         show_default="~/.cache/iree-stress",
                         help="Content-addressed artifact cache.")(f)
 
 
-def jobs_option(f: F) -> F:
-    return click.option("-j", "--jobs", "compile_jobs", type=click.IntRange(1), default=2,
-                        show_default=True, help="Parallel compiler processes.")(f)
+def compilers_option(f: F) -> F:
+    return option("--compilers", "compile_jobs", aliases=RENAMED["--compilers"],
+                  type=click.IntRange(1), default=2, show_default=True, metavar="N",
+                  help="iree-compile processes at once (a cold corpus compile).")(f)
 
 
 def run_options(f: F) -> F:
@@ -84,11 +131,15 @@ def run_options(f: F) -> F:
         target_option,
         click.option("--device", help="Device URI (default: the target's driver, e.g. "
                                       "local-task, hip)."),
-        click.option("--workers", "-w", type=click.IntRange(1), envvar="IREE_STRESS_WORKERS",
-                     show_envvar=True, help="Worker processes  [default: cores]"),
+        option("--workers", "-w", "workers", aliases=RENAMED["--workers"],
+               type=click.IntRange(1), envvar="IREE_STRESS_WORKERS", show_envvar=True,
+               metavar="N",
+               help="Worker processes at once (exec, native: copies of the command or tool, "
+                    "like ctest -j N)  [default: cores; exec: 1]"),
         click.option("--threads", type=click.IntRange(1), default=2, show_default=True,
                      help="Threads per worker."),
-        click.option("--patterns", "-P", multiple=True, metavar="NAMES",
+        option("--patterns", "patterns", aliases=RENAMED["--patterns"], multiple=True,
+               metavar="NAMES",
                      help="Lifecycle patterns (comma list or repeatable; default all): shared, "
                           "per-thread, per-call, churn, instance-churn, cross-thread, "
                           "process-per-job."),
@@ -104,14 +155,18 @@ def run_options(f: F) -> F:
         click.option("--max-failures", type=click.IntRange(1),
                      help="Stop after this many failures."),
         click.option("--results", type=click.Path(file_okay=False, path_type=Path),
-                     help="Run folder  [default: results/RUN_ID]"),
+                     help="Run folder, new or empty (one that holds a run is refused: soak "
+                          "--resume continues it)  [default: results/RUN_ID]"),
         click.option("--timeout", type=Duration(), default="30s", show_default=True,
                      help="Deadline of one step (invoke, upload, ...): past it is a hang."),
         click.option("--teardown-timeout", type=Duration(), default="15s", show_default=True,
                      help="Deadline of device release and worker exit: past it is a teardown "
                           "hang."),
         click.option("--max-worker-restarts", type=click.IntRange(0), default=50,
-                     show_default=True),
+                     show_default=True, metavar="N",
+                     help="Stop the run when workers had to be restarted (after crashes, "
+                          "hangs, failed starts) more than N times within a minute: a restart "
+                          "storm."),
         click.option("--max-jobs-per-worker", type=click.IntRange(1), default=None,
                      help="Retire a pool worker after this many jobs (a fresh process takes "
                           "its place): bounded clusters for the statistics. Default: none; "
@@ -129,13 +184,14 @@ def run_options(f: F) -> F:
                      help="Interpreter for workers (a runtime stack's venv)."),
         shard_option,
         click.option("--job-seed", type=int, hidden=True,
-                     help="Force every job's input seed (repro)."),
+                     help="Force every job's input seed (what the repro.sh of older runs "
+                          "passed; `iree-stress repro FOLDER` sets it now). Hidden."),
         click.option("--artifacts", type=click.Path(exists=True, file_okay=False,
                                                     path_type=Path),
                      help="Use prebuilt artifacts (from `compile --export`) instead of "
                           "compiling."),
         cache_option,
-        jobs_option,
+        compilers_option,
     ]
     for d in reversed(decorators):
         f = d(f)
@@ -163,6 +219,9 @@ def soak_options_from(kw: dict[str, Any], duration_s: float | None, progress: bo
     from stress.soak import SoakOptions
     from stress.verdicts.shards import ShardSource, resolve
 
+    ctx = click.get_current_context(silent=True)
+    given = frozenset(name for name in kw if ctx is not None and ctx.get_parameter_source(name)
+                      in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT))
     env = {}
     for item in kw["env_items"]:
         key, sep, value = item.partition("=")
@@ -185,5 +244,5 @@ def soak_options_from(kw: dict[str, Any], duration_s: float | None, progress: bo
         python=kw["python"], shard=shard.pair, job_seed=kw["job_seed"],
         artifacts=kw["artifacts"], cache_dir=Path(kw["cache_dir"]),
         compile_jobs=kw["compile_jobs"], progress=progress, argv=argv,
-        max_jobs_per_worker=kw.get("max_jobs_per_worker"),
-        evidence_budget=kw.get("evidence_budget", 5))
+        max_jobs_per_worker=kw.get("max_jobs_per_worker"), resume=bool(kw.get("resume")),
+        given=given, evidence_budget=kw.get("evidence_budget", 5))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,10 @@ from stress.errors import UsageError
 from stress.programs import corpus, targets, userprog
 from stress.programs.cache import ArtifactCache, load_export
 from stress.programs.program import Program
+from stress.store import rundir
 from stress.store import summary as summary_mod
 from stress.store.db import RunStore
+from stress.ui import Status
 
 
 @dataclass
@@ -58,6 +61,10 @@ class SoakOptions:
     cwd: Path | None = None  # exec: where the command runs (default: here)
     max_jobs_per_worker: int | None = None  # retire pool workers after this many jobs
     evidence_budget: int = DEFAULT_EVIDENCE_BUDGET  # crashes of one mode with full evidence
+    resume: bool = False  # --results holds a run: continue its plan there (stress/resume.py)
+    given: frozenset[str] = frozenset()  # the options the user gave (click parameter names)
+    repro_class: str = ""  # `iree-stress repro`: the class of the failure rerun
+    repro_runs: int = 0  # `iree-stress repro`: how many runs were asked for
 
 
 def resolve_patterns(names: list[str]) -> list[str]:
@@ -132,30 +139,75 @@ def resolve_target(opts: SoakOptions, python: str, env: dict[str, str]) -> tuple
     return target, driver, found
 
 
-def make_run_dir(results: Path | None, seed: int) -> tuple[str, Path]:
-    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-s{seed}-{os.getpid()}"
-    run_dir = results if results is not None else Path("results") / run_id
+class _Start:
+    """A run from its folder's creation to its summary: a usage error before the session
+    leaves no folder; an interrupt (Ctrl-C) anywhere leaves a reportable one (the run
+    recorded as interrupted, with where it was); the end tidies the folder (rundir.finish)."""
+
+    def __init__(self, folder: rundir.RunFolder, status: Status):
+        self.folder, self.status = folder, status
+        self.where = "while starting"
+        self.recorded = False  # the session wrote the run's row
+
+    def interrupted(self, config: SoakConfig, signal: str = "SIGINT") -> dict[str, Any]:
+        """The run, stopped before its session began, as an interrupted run of the store."""
+        store = RunStore(self.folder.root)
+        try:
+            manifest = Session(config, self.folder.run_id, self.folder.files, store).manifest()
+            store.start_run(self.folder.run_id, config.seed, config.command, manifest,
+                            config.as_dict())
+            store.end_run(self.folder.run_id, "interrupted",
+                          f"interrupted by {signal} {self.where}, before the first job")
+        finally:
+            store.close()
+        self.status.done()
+        return summary_mod.write(self.folder.root, {"signatures": []})
+
+
+@contextmanager
+def _started(folder: rundir.RunFolder, status: Status) -> Iterator[_Start]:
+    start = _Start(folder, status)
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe_file = run_dir / ".writable"
-        probe_file.write_bytes(b"")
-        probe_file.unlink()
-    except OSError as exc:
-        raise UsageError(f"results dir {run_dir} is not writable: {exc.strerror}") from None
-    if results is not None:
-        run_id = results.name or run_id
-    return run_id, run_dir
+        yield start
+    except UsageError:
+        status.done()
+        if not start.recorded:
+            folder.discard()  # a failed start leaves nothing behind
+        raise
+    finally:
+        if folder.lock_fd is not None:
+            rundir.finish(folder)
 
 
-def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, Any]:
+def _summary(folder: rundir.RunFolder) -> dict[str, Any]:
+    return write_summary(folder.root)
+
+
+def _command(opts: SoakOptions, seed: int) -> str:
+    """The command line that reproduces the run (its seed said even when it was drawn, or
+    taken from a resumed plan)."""
+    argv = recorded_command(opts.argv)
+    if opts.seed is None or (opts.resume and "seed" not in opts.given):
+        argv += ["--seed", str(seed)]
+    return shlex.join(argv)
+
+
+def run_soak(opts: SoakOptions, observer: Observer | None = None,
+             status: Status | None = None) -> dict[str, Any]:
     """Runs one soak; returns the summary (also written to RUN_DIR/summary.json). `observer`
-    watches every job outcome and may stop the run (the gate's sequential test)."""
+    watches every job outcome and may stop the run (the gate's sequential test); `status`
+    is where its live lines go (one made here from opts.progress when none is given)."""
     from stress import __version__
+    from stress.resume import check_plan, continue_plan, planned_before
 
-    if opts.command and opts.engine != "exec":
+    if opts.command and opts.engine != "exec" and not opts.resume:
         raise UsageError("a command after `--` runs only with --engine exec")
+    status = status or Status(opts.progress)
+    previous = rundir.check_free(opts.results, opts.resume)  # refused before any work
+    if previous:
+        opts = continue_plan(opts, previous)
     if opts.engine == "exec":
-        return run_exec_soak(opts, observer)
+        return run_exec_soak(opts, observer, status)
     native = opts.engine == "native"
     if opts.record and not native:
         raise UsageError("--record records IREE's tools: it needs --engine native")
@@ -177,62 +229,99 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, A
     seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(3), "little")
     python = opts.python or sys.executable
     env = {**os.environ, **opts.env}
+    status.update("soak: checking the driver (a worker interpreter imports the runtime)",
+                  force=True)  # (a new phase: said at once, in a CI log too)
     target, driver, found = resolve_target(opts, python, env)
-    run_id, run_dir = make_run_dir(opts.results, seed)
-    phases = Phases()
+    if previous:
+        check_plan(opts.results, previous[-1]["config"], target.name, programs, patterns)
+    folder = rundir.prepare(opts.results, seed, opts.resume)
+    with _started(folder, status) as start:
+        duration = opts.duration_s
+        if duration is None and opts.invocations is None:
+            duration = 20.0
+        phases = Phases()
+
+        def config_of(artifacts: dict[str, Path], compiler_version: str) -> SoakConfig:
+            return SoakConfig(
+                target=target, driver=driver, device_uri=opts.device or target.device_uri,
+                programs=programs, artifacts=artifacts, patterns=patterns,
+                workers=opts.workers or os.cpu_count() or 2, threads=opts.threads,
+                seed=seed, duration_s=duration, invocations=opts.invocations, env=opts.env,
+                max_failures=opts.max_failures, results_dir=folder.files,
+                timeout_s=opts.timeout_s, teardown_timeout_s=opts.teardown_timeout_s,
+                max_worker_restarts=opts.max_worker_restarts, inject=opts.inject,
+                python=opts.python, shard=opts.shard, job_seed=opts.job_seed,
+                command=_command(opts, seed), progress=opts.progress,
+                compiler_version=compiler_version, tool_version=__version__,
+                engine=opts.engine, record=opts.record,
+                max_jobs_per_worker=opts.max_jobs_per_worker,
+                repro_class=opts.repro_class, repro_runs=opts.repro_runs,
+                evidence_budget=opts.evidence_budget)
+
+        scale = _native_scale() if native else 1.0
+        try:
+            start.where = "while compiling"
+            artifact_paths, compiler_version = _artifacts(opts, exported, programs, target,
+                                                          phases, status)
+        except KeyboardInterrupt:
+            cfg = config_of({}, "")
+            cfg.job_scale = scale
+            return start.interrupted(cfg)
+        config = config_of(artifact_paths, compiler_version)
+        config.job_scale = scale
+        if previous:
+            config.first_job = rundir.next_job_index(folder.root)
+            config.planned_before = planned_before(config, folder.root)
+            status.say(f"resuming {folder.root}: run {len(previous) + 1} of its plan, from "
+                       f"job {config.first_job:,} (files in {folder.files})")
+        runner = None
+        facts: dict[str, Any] = {}
+        if native:
+            from stress.engine.native import NativeRunner, tool_facts
+
+            tools = native_tools(python)
+            facts = tool_facts(tools)  # no worker says hello: the tools' own version file
+            runner = NativeRunner(tools, {p.name: p for p in programs}, artifact_paths,
+                                  config.device_uri, folder.files, opts.record, opts.env)
+        session = Session(config, folder.run_id, folder.files, RunStore(folder.root), phases,
+                          runner=runner, startup_failures=found.failures, observer=observer)
+        session.facts.update(facts)
+        session.progress.status = status
+        start.recorded = True
+        with session.signals():
+            session.run()
+            return _summary(folder)
+
+
+def _native_scale() -> float:
+    from stress.engine.native import ONE_PROCESS_SCALE
+
+    return ONE_PROCESS_SCALE
+
+
+def _artifacts(opts: SoakOptions, exported: Any, programs: list[Program],
+               target: targets.Target, phases: Phases, status: Status,
+               ) -> tuple[dict[str, Path], str]:
+    """(program -> .vmfb, compiler version): prebuilt (--artifacts) or from the cache, which
+    compiles what it lacks. A program that does not compile is one line (exit 2) naming the
+    user's own file and line."""
     if exported is not None:
         manifest, arts = exported
         if manifest["target"].split(":")[0] != target.backend.value:
             raise UsageError(f"{opts.artifacts} holds {manifest['target']} artifacts, "
                              f"not {target.name}")
-        artifact_paths = {p.name: arts[p.name][1] for p in programs}
-        compiler_version = f"{manifest['compiler']} (prebuilt: {opts.artifacts})"
-    else:
-        cache = ArtifactCache(opts.cache_dir)
-        with phases.phase("compile"):
-            report = cache.compile_all(programs, target, jobs=opts.compile_jobs)
-        phases.count("compile", report.compiled)
-        if report.errors:
-            lines = "\n".join(e.describe() for e in report.errors[:5])
-            raise UsageError(f"{len(report.errors)} program(s) failed to compile for "
-                             f"{target.name}:\n{lines}")
-        artifact_paths = {n: a.path for n, a in report.artifacts.items()}
-        compiler_version = report.compiler_version
-    duration = opts.duration_s
-    if duration is None and opts.invocations is None:
-        duration = 20.0
-    argv = recorded_command(opts.argv)
-    if opts.seed is None:
-        argv += ["--seed", str(seed)]
-    config = SoakConfig(
-        target=target, driver=driver, device_uri=opts.device or target.device_uri,
-        programs=programs, artifacts=artifact_paths,
-        patterns=patterns, workers=opts.workers or os.cpu_count() or 2, threads=opts.threads,
-        seed=seed, duration_s=duration, invocations=opts.invocations, env=opts.env,
-        max_failures=opts.max_failures, results_dir=run_dir, timeout_s=opts.timeout_s,
-        teardown_timeout_s=opts.teardown_timeout_s,
-        max_worker_restarts=opts.max_worker_restarts, inject=opts.inject, python=opts.python,
-        shard=opts.shard, job_seed=opts.job_seed, command=shlex.join(argv),
-        progress=opts.progress, compiler_version=compiler_version,
-        tool_version=__version__, engine=opts.engine, record=opts.record,
-        max_jobs_per_worker=opts.max_jobs_per_worker, evidence_budget=opts.evidence_budget)
-    runner = None
-    facts: dict[str, Any] = {}
-    if native:
-        from stress.engine.native import ONE_PROCESS_SCALE, NativeRunner, tool_facts
-
-        config.job_scale = ONE_PROCESS_SCALE
-        config.workers = opts.workers or os.cpu_count() or 2
-        tools = native_tools(python)
-        facts = tool_facts(tools)  # no worker says hello: the tools' own version file
-        runner = NativeRunner(tools, {p.name: p for p in programs},
-                              artifact_paths, config.device_uri, run_dir, opts.record, opts.env)
-    session = Session(config, run_id, run_dir, RunStore(run_dir), phases, runner=runner,
-                      startup_failures=found.failures, observer=observer)
-    session.facts.update(facts)
-    with session.signals():
-        session.run()
-        return write_summary(run_dir)
+        return ({p.name: arts[p.name][1] for p in programs},
+                f"{manifest['compiler']} (prebuilt: {opts.artifacts})")
+    cache = ArtifactCache(opts.cache_dir)
+    with phases.phase("compile"):
+        report = cache.compile_all(programs, target, jobs=opts.compile_jobs, status=status)
+    phases.count("compile", report.compiled)
+    if report.errors:
+        more = f"; {len(report.errors) - 1} more: `iree-stress compile` shows them all" \
+            if len(report.errors) > 1 else ""
+        raise UsageError(f"{len(report.errors)} program(s) failed to compile for "
+                         f"{target.name}: {report.errors[0].one_line()}{more}")
+    return {n: a.path for n, a in report.artifacts.items()}, report.compiler_version
 
 
 def recorded_command(args: list[str]) -> list[str]:
@@ -266,7 +355,8 @@ def exec_target(name: str | None) -> targets.Target:
     return targets.parse(next((b for tool, b in _GPU_TOOLS if shutil.which(tool)), "cpu"))
 
 
-def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[str, Any]:
+def run_exec_soak(opts: SoakOptions, observer: Observer | None = None,
+                  status: Status | None = None) -> dict[str, Any]:
     """`soak --engine exec -- CMD`: every job one run of the user's command (execrunner)."""
     from stress import __version__
     from stress.engine.execrunner import (
@@ -277,7 +367,9 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[s
         exec_program,
         resolve_executable,
     )
+    from stress.resume import planned_before
 
+    status = status or Status(opts.progress)
     if opts.inject:
         raise UsageError("--inject fires inside our workers; an exec command has none")
     if opts.duration_s is not None and opts.duration_s <= 0:
@@ -299,32 +391,38 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None) -> dict[s
         raise UsageError(f"cannot run the command: {command.argv[0]!r} is not an executable "
                          f"file{where} ({exe})")
     seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(3), "little")
-    run_id, run_dir = make_run_dir(opts.results, seed)
-    program = exec_program(command.argv)
-    duration = opts.duration_s
-    if duration is None and opts.invocations is None:
-        duration = 20.0
-    argv = recorded_command(opts.argv)
-    if opts.seed is None:
-        argv += ["--seed", str(seed)]
-    target = exec_target(opts.target)
-    config = SoakConfig(
-        target=target, driver="exec", device_uri=opts.device or "",
-        programs=[program], artifacts={program.name: Path(exe)}, patterns=[EXEC_PATTERN],
-        workers=opts.workers or 1, threads=1, seed=seed, duration_s=duration,
-        invocations=opts.invocations, env=opts.env, max_failures=opts.max_failures,
-        results_dir=run_dir, timeout_s=opts.timeout_s,
-        teardown_timeout_s=opts.teardown_timeout_s,
-        max_worker_restarts=opts.max_worker_restarts, python=opts.python, shard=opts.shard,
-        job_seed=opts.job_seed, job_scale=ONE_RUN_SCALE, command=shlex.join(argv),
-        progress=opts.progress, tool_version=__version__, engine="exec",
-        exec_argv=command.argv, exec_cwd=str(command.cwd), done_regex=opts.done_regex,
-        evidence_budget=opts.evidence_budget)
-    session = Session(config, run_id, run_dir, RunStore(run_dir), Phases(),
-                      runner=ExecRunner(command), observer=observer)
-    with session.signals():
-        session.run()
-        return write_summary(run_dir)
+    folder = rundir.prepare(opts.results, seed, opts.resume)
+    with _started(folder, status) as start:
+        program = exec_program(command.argv)
+        duration = opts.duration_s
+        if duration is None and opts.invocations is None:
+            duration = 20.0
+        target = exec_target(opts.target)
+        config = SoakConfig(
+            target=target, driver="exec", device_uri=opts.device or "",
+            programs=[program], artifacts={program.name: Path(exe)}, patterns=[EXEC_PATTERN],
+            workers=opts.workers or 1, threads=1, seed=seed, duration_s=duration,
+            invocations=opts.invocations, env=opts.env, max_failures=opts.max_failures,
+            results_dir=folder.files, timeout_s=opts.timeout_s,
+            teardown_timeout_s=opts.teardown_timeout_s,
+            max_worker_restarts=opts.max_worker_restarts, python=opts.python,
+            shard=opts.shard, job_seed=opts.job_seed, job_scale=ONE_RUN_SCALE,
+            command=_command(opts, seed), progress=opts.progress, tool_version=__version__,
+            engine="exec", exec_argv=command.argv, exec_cwd=str(command.cwd),
+            done_regex=opts.done_regex, repro_class=opts.repro_class,
+            repro_runs=opts.repro_runs, evidence_budget=opts.evidence_budget)
+        if folder.resumed:
+            config.first_job = rundir.next_job_index(folder.root)
+            config.planned_before = planned_before(config, folder.root)
+            status.say(f"resuming {folder.root}: run {len(folder.previous) + 1} of its plan, "
+                       f"from job {config.first_job:,} (files in {folder.files})")
+        session = Session(config, folder.run_id, folder.files, RunStore(folder.root), Phases(),
+                          runner=ExecRunner(command), observer=observer)
+        session.progress.status = status
+        start.recorded = True
+        with session.signals():
+            session.run()
+            return _summary(folder)
 
 
 def resolve_native_patterns(names: list[str]) -> list[str]:
@@ -362,145 +460,4 @@ def native_tools(python: str) -> Any:
         raise UsageError(str(exc)) from None
 
 
-# ---- repro: rerun one failure's job ---------------------------------------------------------
-@dataclass
-class ReproResult:
-    """How often a failure's job failed again when rerun alone."""
 
-    folder: Path
-    cls: str
-    runs: int
-    failed: int
-    low: float
-    high: float
-    run_dir: Path
-    original: dict[str, Any] | None = None  # the original signature's rate, when known
-    replays: list[int] = field(default_factory=list)  # iree-run-replay exit codes
-
-    def describe(self) -> str:
-        rate = self.failed / self.runs if self.runs else 0.0
-        lines = [f"{self.folder.name}: {self.cls} again in {self.failed}/{self.runs} runs "
-                 f"({rate:.0%}, 95% interval {self.low:.0%}-{self.high:.0%}) -> {self.run_dir}"]
-        if self.original and self.original.get("ci_low") is not None:
-            lo, hi = self.original["ci_low"], self.original["ci_high"]
-            inside = "within" if lo <= rate <= hi else "outside"
-            lines.append(f"  original run: {self.original['rate_per_exposure']:.0%} "
-                         f"[{lo:.0%}-{hi:.0%}] of its {self.original.get('exposure', 'job')}s:"
-                         f" the rerun's rate is {inside} that interval")
-        if self.replays:
-            ok = sum(rc == 0 for rc in self.replays)
-            lines.append(f"  iree-run-replay: {ok}/{len(self.replays)} replays exited 0")
-        return "\n".join(lines)
-
-
-def original_signature(run_dir: Path, folder: Path) -> dict[str, Any] | None:
-    """The signature (as_dict) of the run that holds the failure of `folder`, with its rate."""
-    from stress.analysis import rundata, signatures
-
-    try:
-        sigs = signatures.build(rundata.load([run_dir]))
-    except Exception:  # an unreadable store: the rerun's own numbers still stand
-        return None
-    want = str(folder.resolve())
-    for sig in sigs:
-        if any(r.get("artifacts") and str(Path(r["artifacts"]).resolve()) == want
-               for r in sig.rows):
-            return sig.as_dict()
-    return None
-
-
-def _run_record(run_dir: Path) -> dict[str, Any]:
-    import json
-    import sqlite3
-
-    summary = run_dir / "summary.json"
-    if summary.exists():
-        data: dict[str, Any] = json.loads(summary.read_text())
-        return {"config": data["manifest"]["config"], "signatures": data.get("signatures", [])}
-    db = sqlite3.connect(f"file:{run_dir / 'stress.db'}?mode=ro", uri=True)
-    try:
-        row = db.execute("SELECT config FROM runs LIMIT 1").fetchone()
-    finally:
-        db.close()
-    if row is None:
-        raise UsageError(f"{run_dir} holds no run")
-    return {"config": json.loads(row[0]), "signatures": []}
-
-
-def repro(folder: Path, times: int, replay_device: str | None = None, *,
-          with_replay: bool = False, progress: bool = False) -> ReproResult:
-    """Reruns the job of failure folder `folder` (RUN_DIR/failures/NNNN-...) `times` times,
-    alone, with the run's engine, program, pattern, input seed, command, environment,
-    interpreter and deadlines; counts the runs that failed in the same class again.
-    `with_replay`: also runs the folder's HAL replay with iree-run-replay that many times."""
-    import json
-    import sqlite3
-
-    from stress.analysis.stats import wilson
-
-    try:
-        meta = json.loads((folder / "failure.json").read_text())
-        job = json.loads((folder / "job.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{folder} is not a failure folder: {exc}") from None
-    if not job:
-        raise UsageError(f"{folder}: the failure was pinned on no job; nothing to rerun")
-    run_dir = folder.parent.parent
-    record = _run_record(run_dir)
-    cfg = record["config"]
-    engine = cfg.get("engine", "python")
-    out = folder / f"repro-{time.strftime('%Y%m%d-%H%M%S')}"
-    opts = SoakOptions(
-        target=None if engine == "exec" else str(cfg.get("target") or "cpu"),
-        device=cfg.get("device_uri") or None, workers=1, threads=int(cfg.get("threads", 2)),
-        patterns=[job["pattern"]] if engine != "exec" else [], programs=[job["program"]]
-        if engine != "exec" else [], program_files=[], duration_s=None,
-        invocations=times if engine != "python" else times * int(job["invocations"]),
-        seed=int(cfg.get("seed", 0)), env=dict(cfg.get("env") or {}), max_failures=None,
-        results=out, timeout_s=float(cfg["timeout_s"]),
-        teardown_timeout_s=float(cfg["teardown_timeout_s"]),
-        max_worker_restarts=max(times, 50), inject=list(cfg.get("inject") or []),
-        python=cfg.get("python"), shard=(0, 1), job_seed=int(job["seed"]),
-        cache_dir=Path(os.environ.get("IREE_STRESS_CACHE",
-                                      Path.home() / ".cache" / "iree-stress")),
-        compile_jobs=2, progress=progress, engine=engine,
-        command=list(cfg.get("exec_argv") or []), done_regex=cfg.get("done_regex"),
-        record=bool(cfg.get("record")),
-        cwd=Path(cfg["exec_cwd"]) if cfg.get("exec_cwd") else None)
-    run_soak(opts)
-    db = sqlite3.connect(out / "stress.db")
-    try:
-        jobs = {r[0] for r in db.execute("SELECT job_index FROM jobs")}
-        failing = {r[0] for r in db.execute("SELECT job_index FROM failures WHERE class = ?",
-                                            (meta["class"],))}
-        jobs |= {r[0] for r in db.execute("SELECT job_index FROM failures")}
-    finally:
-        db.close()
-    jobs.discard(None)
-    failing.discard(None)
-    low, high = wilson(len(failing), len(jobs))
-    original = original_signature(run_dir, folder)
-    result = ReproResult(folder, meta["class"], len(jobs), len(failing), low, high, out,
-                         original)
-    if with_replay:
-        result.replays = run_replays(folder, replay_device or cfg.get("device_uri") or
-                                     "local-task", times, cfg.get("python"))
-    return result
-
-
-def run_replays(folder: Path, device: str, times: int, python: str | None) -> list[int]:
-    """iree-run-replay of the folder's recorded HAL stream (or of the replay file `folder`)
-    on `device`, `times` times."""
-    from stress.engine import procstate
-    from stress.engine.native import replay_argv
-
-    replays = [folder] if folder.is_file() else sorted(folder.glob("*.ireereplay"))
-    if not replays:
-        raise UsageError(f"{folder} holds no HAL replay (record with soak --engine native "
-                         "--record)")
-    tools = native_tools(python or sys.executable)
-    codes = []
-    for _ in range(times):
-        run = procstate.run_bounded(replay_argv(tools, replays[0], device), 120.0)
-        codes.append(run.rc if run.rc is not None else -9)
-    return codes

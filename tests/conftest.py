@@ -47,13 +47,18 @@ def cache_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def cpu_artifacts(cache_dir: Path) -> dict[str, Path]:
-    """Every corpus program compiled for cpu (once per session, cached across sessions)."""
+def cpu_artifacts(cache_dir: Path, pytestconfig: pytest.Config) -> dict[str, Path]:
+    """Every corpus program compiled for cpu (once per session, cached across sessions). A
+    cold compile takes minutes: its progress line goes to the terminal, past pytest's capture
+    (the first `dev.py test` on a fresh clone was otherwise a minute of silence)."""
     from stress.programs import corpus, targets
     from stress.programs.cache import ArtifactCache
+    from stress.ui import Status
 
-    report = ArtifactCache(cache_dir).compile_all(list(corpus.corpus()), targets.parse("cpu"),
-                                                  jobs=2)
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        report = ArtifactCache(cache_dir).compile_all(
+            list(corpus.corpus()), targets.parse("cpu"), jobs=2, status=Status(True))
     assert not report.errors, [e.describe() for e in report.errors]
     return {name: a.path for name, a in report.artifacts.items()}
 

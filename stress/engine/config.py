@@ -54,6 +54,10 @@ class SoakConfig:
     record: bool = False  # native: record each job's HAL stream (--device_replay_output)
     max_jobs_per_worker: int | None = None  # a pool worker retires after this many jobs
     evidence_budget: int = DEFAULT_EVIDENCE_BUDGET  # full crash evidence per mode (0: all)
+    first_job: int = 0  # --resume: the plan goes on at this job index (earlier ones ran before)
+    planned_before: int = 0  # --resume: invocations of the plan's jobs before first_job
+    repro_class: str = ""  # `iree-stress repro`: the failure class rerun (progress says runs)
+    repro_runs: int = 0  # `iree-stress repro`: the runs asked for
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -68,7 +72,7 @@ class SoakConfig:
             "job_scale": self.job_scale, "engine": self.engine,
             "exec_argv": self.exec_argv, "exec_cwd": self.exec_cwd,
             "done_regex": self.done_regex, "record": self.record,
-            "max_jobs_per_worker": self.max_jobs_per_worker,
+            "max_jobs_per_worker": self.max_jobs_per_worker, "first_job": self.first_job,
             "evidence_budget": self.evidence_budget,
             # checked only against their own first result (no numpy reference): reports say so
             "repeatability_only": [p.name for p in self.programs if not p.has_reference],

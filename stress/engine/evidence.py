@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import threading
 import time
@@ -388,38 +387,27 @@ def collect_crash(pid: int, exe: str, core_dir: Path, stderr_text: str, *,
     return CrashEvidence(stacks, kernel, time.monotonic() - t0)
 
 
-_REPRO_ENGINES: frozenset[str] = frozenset({"exec", "native"})  # jobs that are one process
-#   each: `iree-stress repro` reruns exactly that process (the user's command or IREE's tool,
-#   its argv, env, cwd and deadlines from the run's store); a `soak` line cannot say them
 _THIS_FOLDER: str = '"$(cd "$(dirname -- "$0")" && pwd)"'  # the failure folder, wherever the
-#   run folder was moved or copied to (CI artifacts): `repro` finds the run two levels up
+#   run folder was moved or copied to (CI artifacts): `repro` finds the run's store above it
 
 
 def repro_command(cfg: SoakConfig, job: Job | None) -> str:
-    """The shell line of a failure folder's repro.sh that reruns its job: for our workers, the
-    soak of the job's program, pattern and input seed; for one-process jobs (exec, native),
-    `iree-stress repro FOLDER` on the script's own folder (options after `sh repro.sh` such
-    as `--times 5` are passed on)."""
-    if cfg.engine in _REPRO_ENGINES:
-        return f'exec iree-stress repro {_THIS_FOLDER} "$@"'
-    argv = ["iree-stress", "soak", "--target", cfg.target.name, "--device", cfg.device_uri,
-            "--workers", "1", "--threads", str(cfg.threads), "--seed", str(cfg.seed)]
-    if job is not None:
-        argv += ["--programs", job.program, "--patterns", job.pattern,
-                 "--job-seed", str(job.seed), "--duration", "60s"]
-    for spec in cfg.inject:
-        argv += ["--inject", spec]
-    for k, v in cfg.env.items():
-        argv += ["--env", f"{k}={v}"]
-    return shlex.join(argv)
+    """The shell line of a failure folder's repro.sh, the same for every engine: `iree-stress
+    repro FOLDER` on the script's own folder, which reruns exactly its job (program, pattern,
+    input seed; or the user's command, IREE's tool; env, cwd, deadlines: all from the run's
+    store) and writes the reruns under the folder (options after `sh repro.sh`, such as
+    `--times 5`, are passed on)."""
+    return f'exec iree-stress repro {_THIS_FOLDER} "$@"'
 
 
-def _repro_comment(cfg: SoakConfig) -> str:
-    if cfg.engine in _REPRO_ENGINES:
-        return ("# Reruns the failing job (its command, input seed, environment and deadlines) "
-                "and says\n# how often it fails the same way: iree-stress repro, e.g. sh "
-                "repro.sh --times 5\n")
-    return "# Reruns the failing job's program, pattern and input seed.\n"
+def _repro_comment(cfg: SoakConfig, job: Job | None = None) -> str:
+    if job is None:
+        return ("# This failure was pinned on no job (driver probe, worker start-up or exit): "
+                "repro says so;\n# rerun the whole run with the command in its summary.json.\n")
+    return ("# Reruns the failing job alone (its program, pattern and input seed, or its "
+            "command; its\n# environment and deadlines) and says how often it fails the same "
+            "way, as a rate:\n# iree-stress repro, e.g. sh repro.sh --times 5 (reruns in "
+            "./repro-TIME/)\n")
 
 
 def write_folder(folder: Path, cfg: SoakConfig, stderr_tail: str, stdout_tail: str,
@@ -428,7 +416,7 @@ def write_folder(folder: Path, cfg: SoakConfig, stderr_tail: str, stdout_tail: s
     files = {"stderr.tail": stderr_tail, "stdout.tail": stdout_tail,
              "journal.txt": journal_text,
              "job.json": json.dumps(job.as_dict() if job else None, indent=1),
-             "repro.sh": "#!/bin/sh\n" + _repro_comment(cfg) + repro_command(cfg, job) + "\n",
+             "repro.sh": "#!/bin/sh\n" + _repro_comment(cfg, job) + repro_command(cfg, job) + "\n",
              **extra}
     for name, text in files.items():
         atomic_write(folder / name, text.encode())

@@ -67,21 +67,22 @@ def invocations_for(pattern: str, program: Program, scale: float = 1.0) -> int:
 
 def schedule(seed: int, programs: list[Program], patterns: list[str],
              shard: tuple[int, int] = (0, 1), scale: float = 1.0,
-             job_seed: int | None = None) -> Iterator[Job]:
+             job_seed: int | None = None, start: int = 0) -> Iterator[Job]:
     """Endless deterministic job stream. Each block of len(patterns) consecutive jobs holds every
     pattern once, in a seeded order; program, job seed and shard are independent hashes of
     (seed, job index), so shards never alias with the pattern rotation. Pure integer hashing:
-    the parent draws ~200 jobs a second and numpy generators cost ~100 us each."""
+    the parent draws ~200 jobs a second and numpy generators cost ~100 us each. `start`: the
+    same stream from job index `start` on (a resumed plan)."""
     index_shard, count = shard
     n = len(patterns)
     perm: list[int] = []
-    for i in itertools.count():
+    for i in itertools.count(start - start % n):
         if i % n == 0:
             perm = list(range(n))
             for k in range(n - 1, 0, -1):  # Fisher-Yates, keyed by (seed, block)
                 j = mix(seed, i // n, 0xB1, k) % (k + 1)
                 perm[k], perm[j] = perm[j], perm[k]
-        if count > 1 and mix(seed, i, 0x5A) % count != index_shard:
+        if i < start or (count > 1 and mix(seed, i, 0x5A) % count != index_shard):
             continue
         pattern = patterns[perm[i % n]]
         program = programs[mix(seed, i, 1) % len(programs)]

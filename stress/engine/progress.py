@@ -1,12 +1,14 @@
-"""Live progress on stderr: a redrawn line on a terminal, plain periodic lines in CI."""
+"""Live progress of a soak on stderr (stress.ui.Status: a redrawn line on a terminal, plain
+periodic lines in CI, nothing under -q). Counts say what they count: a share of the plan done
+is "done 40%", never a bare percentage that reads as a failure rate."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stress.ui import Status, duration_text, red
 from stress.vocab import ALL_CLASSES, FailureClass
 
 if TYPE_CHECKING:
@@ -16,57 +18,89 @@ if TYPE_CHECKING:
     from stress.engine.session import Session
     from stress.engine.workermanage import WorkerHandle
 
-_TTY_PERIOD_S: float = 0.5
-_PLAIN_PERIOD_S: float = 10.0  # one line per 10 s keeps CI logs readable
+_RATE_SMOOTHING: float = 0.3  # weight of the newest interval in the invocations/s shown
+_PROCESS_CLASSES: tuple[FailureClass, ...] = (FailureClass.CRASH, FailureClass.HANG)
+#   a job ends with one of these instead of its job_done message
 
 
 class Progress:
-    def __init__(self, config: SoakConfig, session: Session):
+    def __init__(self, config: SoakConfig, session: Session, status: Status | None = None):
         self.cfg = config
         self.s = session
-        self.enabled = config.progress
-        self.tty = sys.stderr.isatty()
-        self.last = 0.0
+        self.status = status or Status(config.progress)  # (the orchestrator may swap in
+        #   its own, so that one live line goes from compile to the soak's end)
         self.last_invocations = 0
         self.last_time = time.monotonic()
         self.rate = 0.0
+        self.ticked = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.status.enabled
+
+    def processes(self) -> str:
+        """Processes running now: the pool (--workers) and one-job processes apart, so that
+        `--workers 2` never reads as "workers 3"."""
+        pool = sum(1 for h in self.s.workers.values() if not h.ephemeral)
+        one_job = len(self.s.workers) - pool
+        if not one_job:
+            return f"processes {pool}"
+        if not pool:
+            return f"processes {one_job} (one job each)"
+        return f"processes {pool + one_job} ({pool} pool + {one_job} one-job)"
+
+    def remaining(self, elapsed: float) -> str:
+        if self.cfg.duration_s:
+            return f"{duration_text(max(0.0, self.cfg.duration_s - elapsed))} left"
+        if self.cfg.invocations:
+            done = min(1.0, self.s.invocations / self.cfg.invocations)
+            return f"done {done:.0%} of {self.cfg.invocations:,} invocations"
+        return ""
 
     def line(self) -> str:
         s = self.s
         now = time.monotonic()
-        elapsed = now - s.started
         dt = now - self.last_time
         if dt > 0:
             inst = (s.invocations - self.last_invocations) / dt
-            self.rate = inst if self.rate == 0 else 0.7 * self.rate + 0.3 * inst
+            self.rate = inst if self.rate == 0 else \
+                (1 - _RATE_SMOOTHING) * self.rate + _RATE_SMOOTHING * inst
         self.last_invocations, self.last_time = s.invocations, now
+        if s.soak_started is None:
+            return (f"[{now - s.started:6.1f}s] starting {self.processes()} "
+                    f"(soak clock starts at the first job)")
+        elapsed = now - s.soak_started
+        if self.cfg.repro_class:
+            return self.repro_line(elapsed)
         fails = " ".join(f"{c}={s.failures_by_class[c]}" for c in ALL_CLASSES
                          if s.failures_by_class[c])
-        if self.cfg.duration_s:
-            remain = f"{max(0.0, self.cfg.duration_s - elapsed):5.0f}s left"
-        elif self.cfg.invocations:
-            remain = f"{min(100.0, 100.0 * s.invocations / self.cfg.invocations):5.1f}%"
-        else:
-            remain = ""
-        live = sum(1 for _ in s.workers)
+        total = sum(s.failures_by_class.values())
         return (f"[{elapsed:6.1f}s] {s.invocations:>9,} invocations  {self.rate:8,.0f}/s  "
-                f"workers {live}  restarts {s.restarts}  "
-                f"failures {sum(s.failures_by_class.values())}"
-                f"{' (' + fails + ')' if fails else ''}  {remain}")
+                f"jobs {s.jobs_ended:,}  {self.processes()}  restarts {s.restarts}  "
+                f"failures {total}{' (' + fails + ')' if fails else ''}  "
+                f"{self.remaining(elapsed)}")
+
+    def repro_line(self, elapsed: float) -> str:
+        """`iree-stress repro`: runs of the one job done, and how many failed the same way
+        again, said as a count and a rate."""
+        s = self.s
+        cls = self.cfg.repro_class
+        process_ends = sum(s.failures_by_class[c.value] for c in _PROCESS_CLASSES)
+        done = s.jobs_ended + process_ends
+        again = s.failures_by_class[cls] if cls in {c.value for c in _PROCESS_CLASSES} or \
+            cls == FailureClass.TEARDOWN_HANG.value else s.failed_jobs
+        planned = self.cfg.repro_runs or 0
+        rate = f" (rate {again / done:.0%})" if done else ""
+        return (f"[{elapsed:6.1f}s] repro: {min(done, planned) if planned else done}"
+                f"{'/' + str(planned) if planned else ''} runs done, {cls} again in "
+                f"{again}{rate}")
 
     def tick(self) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        period = _TTY_PERIOD_S if self.tty else _PLAIN_PERIOD_S
-        if now - self.last < period:
-            return
-        self.last = now
-        if self.tty:
-            sys.stderr.write("\r" + self.line()[:160].ljust(160))
-        else:
-            sys.stderr.write(self.line() + "\n")
-        sys.stderr.flush()
+        if not self.ticked:  # the session's first line comes at once (a new phase)
+            self.ticked = True
+            self.status.update(self.line(), force=True)
+        elif self.status.due():
+            self.status.update(self.line())
 
     def failure(self, cls: FailureClass, h: WorkerHandle, job: Job | None,
                 attr: Attribution, sig: str | None, folder: Path | None) -> None:
@@ -77,12 +111,9 @@ class Progress:
                 FailureClass.FAILED: "failed its tests (non-zero exit)"}[cls]
         job_text = f"{job.program} [{job.pattern}]" if job else "no job"
         where = f" -> {folder}" if folder else ""
-        prefix = "\n" if self.tty else ""
-        sys.stderr.write(f"{prefix}FAIL worker {h.name} {what} while running {job_text}, "
-                         f"last step {attr.last_step}{where}\n")
-        sys.stderr.flush()
+        self.status.say(f"{red('FAIL', self.status.stream)} worker {h.name} {what} while "
+                        f"running {job_text}, last step {attr.last_step}{where}")
 
     def done(self) -> None:
         if self.enabled:
-            sys.stderr.write(("\r" if self.tty else "") + self.line() + "\n")
-            sys.stderr.flush()
+            self.status.done(self.line())

@@ -121,7 +121,7 @@ class Session:
 
         def plan() -> Iterator[Job]:
             return schedule(config.seed, config.programs, config.patterns, config.shard,
-                            config.job_scale, config.job_seed)
+                            config.job_scale, config.job_seed, start=config.first_job)
 
         self.streams = {keep: _pattern_stream(plan(), keep, config.engine)
                         for keep in (False, True)}
@@ -134,7 +134,7 @@ class Session:
         self.exit_runner_note = ""
         self.batch = 0  # exit-family jobs start in waves (batches) whose exits overlap
         self.batch_exits: Counter[int] = Counter()
-        self.planned_invocations = 0
+        self.planned_invocations = config.planned_before  # a resumed plan's earlier runs
         self.stream_done = False
         self.workers: dict[int, WorkerHandle] = {}
         self.next_worker_id = 0
@@ -156,10 +156,14 @@ class Session:
         self.invocations_by_pattern: Counter[str] = Counter()
         self.invocations = 0
         self.jobs_ended = 0  # job_done messages (the parent_cpu phase is per job)
+        self.failed_jobs = 0  # job_done messages of jobs with an error or miscompare
         self.stopping = False
         self.stop_reason = ""
         self.jobs_not_started = 0  # given back unrun by workers told to stop (on_jobs_dropped)
         self.started = time.monotonic()
+        # --duration counts from the first job, not from worker start-up (interpreters and
+        # the runtime import take seconds; a 3 s soak ran 20 invocations when they counted)
+        self.soak_started: float | None = None
         self.facts: dict[str, Any] = {}
         self.facts_requested = False  # asked of one worker; asked again if it dies first
         self.python = config.python or sys.executable
@@ -388,6 +392,8 @@ class Session:
         if not ephemeral and self.cfg.max_jobs_per_worker is not None:
             h.job_limit = self._job_limit()
         h.db_row = self.store.add_worker(self.run_id, wid, gen, h.pid)
+        if self.soak_started is None and self.cfg.engine != "python":
+            self.soak_started = time.monotonic()  # a tool process runs its job at once
         if len(self.devices) > 1 and self.timeline_store is not None:
             self.timeline_store.set_worker_device(h.db_row, self.device_for(wid))
         self.workers[wid] = h
@@ -436,6 +442,8 @@ class Session:
         h.hello_at = time.monotonic()
         if not h.cores:  # its start-up (prepare_child) raised the core limit again
             capture.no_cores(h.pid)
+        if self.soak_started is None:
+            self.soak_started = h.hello_at  # the worker takes its first job now
         if not self.facts and "iree_runtime" in payload:
             self.facts = payload
             self.store.update_manifest(self.run_id, self.manifest())
@@ -448,6 +456,7 @@ class Session:
         res = payload["result"]
         failed = bool(res["errors"] or res["miscompare"])
         h.job_failed |= failed
+        self.failed_jobs += failed
         self.store.add_job(self.run_id, h.worker_id, payload, "failed" if failed else "ok")
         self.invocations += res["invocations"]
         self.invocations_by_pattern[job.pattern] += res["invocations"]
@@ -694,8 +703,8 @@ class Session:
         if now - self.last_sample >= _HEALTHY_SAMPLE_PERIOD_S:
             self.last_sample = now
             self.sample_healthy()
-        elapsed = time.monotonic() - self.started
-        if self.cfg.duration_s is not None and elapsed >= self.cfg.duration_s:
+        if self.cfg.duration_s is not None and \
+                time.monotonic() - self.soak_clock() >= self.cfg.duration_s:
             self.stop("duration reached")
         if self.cfg.max_failures is not None and self.failure_count >= self.cfg.max_failures:
             self.stop(f"--max-failures {self.cfg.max_failures} reached")
@@ -716,6 +725,16 @@ class Session:
         self.record_telemetry()
         self.store.tick()
         self.progress.tick()
+
+    def soak_clock(self) -> float:
+        """When --duration began: the first job's start, or (no worker ever started a job)
+        the end of the start-up allowance, so that a runtime that cannot start still ends."""
+        if self.soak_started is not None:
+            return self.soak_started
+        if time.monotonic() - self.started > _STARTUP_TIMEOUT_S:
+            self.soak_started = self.started + _STARTUP_TIMEOUT_S
+            return self.soak_started
+        return time.monotonic()
 
     # ---- telemetry time line -------------------------------------------------------------
     def start_telemetry(self) -> None:

@@ -10,8 +10,9 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,10 @@ from stress.errors import UsageError
 from stress.programs import compiler
 from stress.programs.program import Program
 from stress.programs.targets import Target
+from stress.ui import Status, duration_text, eta
 
 ENV_CACHE_DIR = "IREE_STRESS_CACHE"
+_STATUS_WAKE_S: float = 0.5  # how often a compile's status line may move while none finishes
 
 
 def default_cache_dir() -> Path:
@@ -32,11 +35,30 @@ def default_cache_dir() -> Path:
     return Path(base) / "iree-stress"
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask sets it, and another thread
+    creating a file meanwhile would get the wrong mode); from /proc, else set and put back."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Writes `data` to `path` so that readers see the old file or the whole new one."""
+    """Writes `data` to `path` so that readers see the old file or the whole new one, with
+    the mode any new file gets (0666 less the umask: group- and world-readable under the usual
+    022; mkstemp's own 0600 hid summaries and evidence from CI artifact uploads and from the
+    other users of a shared results folder)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
@@ -127,6 +149,10 @@ class ArtifactCache:
         key = self.key(program, target, extra)
         out = self.path_for(key)
         if out.exists():
+            try:
+                os.utime(out)  # its last use: `iree-stress clean --cache` goes by it
+            except OSError:
+                pass  # a cache shared read-only
             return Artifact(program, target, out, key, cached=True)
         src = self.root / "src" / f"{hashlib.sha256(program.mlir.encode()).hexdigest()}.mlir"
         if not src.exists():
@@ -140,19 +166,28 @@ class ArtifactCache:
             meta = {"program": program.name, "target": target.name, "argv": argv,
                     "compiler": self.info.version}
             atomic_write(out.with_suffix(".json"), json.dumps(meta, indent=1).encode())
+            os.chmod(tmp, 0o666 & ~_umask())  # (mkstemp made it 0600)
             os.replace(tmp, out)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         return Artifact(program, target, out, key, cached=False)
 
+    def is_cached(self, program: Program, target: Target, extra: tuple[str, ...] = ()) -> bool:
+        return self.path_for(self.key(program, target, extra)).exists()
+
     def compile_all(self, programs: list[Program], target: Target, jobs: int = 1,
                     extra: tuple[str, ...] = (),
                     on_done: Callable[[str, Artifact | None], None] | None = None,
-                    ) -> CompileReport:
+                    status: Status | None = None) -> CompileReport:
         """Compiles every program (in parallel, `jobs` compiler processes); failures don't stop
-        the batch and are returned in `errors`."""
+        the batch and are returned in `errors`. `status` shows the count done and the time
+        left while the compiler runs (nothing for a warm cache). An interrupt (Ctrl-C) stops
+        the compiles not yet begun and is raised at once."""
         report = CompileReport(compiler_version=self.info.version)
+        cold = [p for p in programs if not self.is_cached(p, target, extra)]
+        done: dict[str, tuple[Artifact | None, compiler.CompileError | None]] = {}
+        started = time.monotonic()
 
         def one(p: Program) -> tuple[Program, Artifact | None, compiler.CompileError | None]:
             try:
@@ -160,16 +195,48 @@ class ArtifactCache:
             except compiler.CompileError as exc:
                 return p, None, exc
 
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for prog, art, err in pool.map(one, programs):
-                if art is not None:
-                    report.artifacts[prog.name] = art
-                    if art.cached:
-                        report.cached += 1
-                    else:
-                        report.compiled += 1
-                if err is not None:
-                    report.errors.append(err)
-                if on_done:
-                    on_done(prog.name, art)
+        def show(force: bool = False) -> None:
+            if status is not None and cold:
+                compiled = sum(1 for p in cold if p.name in done)
+                elapsed = time.monotonic() - started
+                left = eta(compiled, len(cold), elapsed)
+                warm = len(programs) - len(cold)
+                status.update(f"compiling for {target.name}: {compiled}/{len(cold)} programs"
+                              f"{f' ({warm} cached)' if warm else ''}, "
+                              f"{duration_text(elapsed)}{', ' + left if left else ''}",
+                              force=force)
+
+        show(force=True)
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+        try:
+            pending = {pool.submit(one, p) for p in programs}
+            while pending:  # (woken at least every _STATUS_WAKE_S: the elapsed time moves)
+                finished, pending = wait(pending, timeout=_STATUS_WAKE_S,
+                                         return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    prog, art, err = fut.result()
+                    done[prog.name] = (art, err)
+                    if on_done:
+                        on_done(prog.name, art)
+                show()
+        except BaseException:  # Ctrl-C: compiles not begun never start, running ones end
+            pool.shutdown(wait=False, cancel_futures=True)
+            compiler.stop_all()
+            raise
+        pool.shutdown()
+        if status is not None and cold:
+            failed = sum(1 for art, _ in done.values() if art is None)
+            status.done(f"compiled {len(cold) - failed}/{len(cold)} program(s) for "
+                        f"{target.name} in {duration_text(time.monotonic() - started)}"
+                        f"{f' ({failed} failed)' if failed else ''}")
+        for prog in programs:
+            art, err = done[prog.name]
+            if art is not None:
+                report.artifacts[prog.name] = art
+                if art.cached:
+                    report.cached += 1
+                else:
+                    report.compiled += 1
+            if err is not None:
+                report.errors.append(err)
         return report

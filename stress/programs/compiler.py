@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from stress.programs.targets import Target
 
 _COMPILE_TIMEOUT_S: float = 600.0  # 8M-element programs take seconds; a stuck compile is a bug
 _DIAGNOSTIC_LINES: int = 12  # first lines of compiler output shown for a failed program
+_RUNNING: set[subprocess.Popen[str]] = set()  # compiles running now (stop_all)
+_RUNNING_LOCK = threading.Lock()  # compiles start and end on the cache's pool threads
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,14 @@ class CompileError(Exception):
         self.program, self.argv, self.returncode = program, argv, returncode
         self.stdout, self.stderr = stdout, stderr
         super().__init__(self.describe())
+
+    def one_line(self) -> str:
+        """The first diagnostic (`FILE:LINE:COL: error: ...`, FILE the user's own file), or
+        how the compiler ended: what a usage error shows."""
+        lines = [x.strip() for x in (self.stderr or self.stdout).splitlines() if x.strip()]
+        first = next((x for x in lines if "error:" in x), lines[0] if lines else
+                     f"iree-compile exited {self.returncode} and printed nothing")
+        return f"{self.program}: {first}"
 
     def describe(self) -> str:
         lines = (self.stderr or self.stdout).strip().splitlines()[:_DIAGNOSTIC_LINES]
@@ -95,11 +106,44 @@ def cache_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def user_paths(text: str, program: Program, source: str) -> str:
+    """Compiler output with the cache's copy of a user program (`source`, verbatim: the same
+    lines and columns) named by the user's own file instead."""
+    if program.source in ("", "corpus") or not source:
+        return text
+    return text.replace(source, program.source)
+
+
 def run_compile(program: Program, argv: list[str]) -> None:
-    """Runs one compile; raises CompileError carrying argv, stdout and stderr."""
+    """Runs one compile; raises CompileError carrying argv, stdout and stderr (diagnostics
+    of a user program point at the user's file, not at the cache's copy)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
+        stdout, stderr = proc.communicate(timeout=_COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.communicate()
         raise CompileError(program.name, argv, -1, "", f"timed out after {exc.timeout} s") from None
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
     if proc.returncode != 0:
-        raise CompileError(program.name, argv, proc.returncode, proc.stdout, proc.stderr)
+        source = argv[1] if len(argv) > 1 else ""
+        raise CompileError(program.name, argv, proc.returncode,
+                           user_paths(stdout, program, source),
+                           user_paths(stderr, program, source))
+
+
+def stop_all() -> None:
+    """Kills the compiles running now (an interrupt: Ctrl-C, or SIGINT sent to iree-stress
+    alone, which its compiler processes do not get), so that the interrupted run ends at
+    once instead of waiting for them."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        try:
+            proc.kill()
+        except OSError:
+            pass

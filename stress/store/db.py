@@ -288,9 +288,14 @@ class RunStore:
         self._new_workers: dict[int, dict[str, Any]] = {}  # id -> columns, not yet written
         self._next_worker = int(self.db.execute(
             "SELECT COALESCE(MAX(id), 0) FROM workers").fetchone()[0]) + 1
+        self._window_base = 0  # windows.id of slot 0 (start_run sets it)
 
     def start_run(self, run_id: str, seed: int, command: str, manifest: dict[str, Any],
                   config: dict[str, Any]) -> None:
+        # window rows are keyed by reservoir slot: a later run of the same store (resumed)
+        # numbers its slots after the earlier runs' rows
+        self._window_base = int(self.db.execute(
+            "SELECT COALESCE(MAX(id), 0) FROM windows").fetchone()[0])
         with self.db:
             self.db.execute("INSERT INTO runs (run_id, started_at, status, seed, command, "
                             "manifest, config) VALUES (?, ?, 'running', ?, ?, ?, ?)",
@@ -351,11 +356,12 @@ class RunStore:
                    in_flight: list[str], slot: int, steps: list[Any] | None = None) -> None:
         """Stores reservoir slot `slot` of the run's windows (replacing what it held); `steps`
         are the raw journal entries the tokens came from."""
+        row = self._window_base + slot
         self.db.execute("DELETE FROM windows WHERE run_id=? AND kind=? AND id=?",
-                        (run_id, kind, slot))
+                        (run_id, kind, row))
         self.db.execute("INSERT INTO windows (id, run_id, kind, t, pattern, tokens, in_flight, "
                         "steps) VALUES (?,?,?,?,?,?,?,?)",
-                        (slot, run_id, kind, time.time(), pattern, json.dumps(tokens),
+                        (row, run_id, kind, time.time(), pattern, json.dumps(tokens),
                          json.dumps(in_flight), json.dumps(steps or [])))
         self._bump()
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from stress.errors import UsageError
 from stress.store.db import DB_NAME, connect
+from stress.store.rundir import RESUME_PREFIX
 
 # config keys that define the plan: runs that differ in any of them are not shards of one plan
 PLAN_KEYS: tuple[str, ...] = ("seed", "target", "programs", "patterns", "invocations",
@@ -169,6 +170,8 @@ def _move_evidence(src: Path, output: Path, row: dict[str, Any], out: Merged) ->
         return
     name = Path(old).name
     here = src / "failures" / name
+    if Path(old).parent.parent.name.startswith(RESUME_PREFIX):  # a resumed run's own files
+        here = src / Path(old).parent.parent.name / "failures" / name
     target = output / "failures" / str(row["run_id"]) / name
     if here.is_dir() and not target.exists():
         shutil.copytree(here, target, symlinks=True)

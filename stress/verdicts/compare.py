@@ -398,6 +398,11 @@ class SoakTrials:
 
         built = self.built[stack]
         run_dir = self.out_dir / stack / f"trial-{index:04d}"
+        k = 2
+        while run_dir.exists():  # a trial interrupted before its result was kept: its folder
+            #   stays as it was (a run folder is never rewritten), the rerun gets its own
+            run_dir = self.out_dir / stack / f"trial-{index:04d}.{k}"
+            k += 1
         engine = engine_of(self.base)
         if stack not in self.checked:
             self.checked[stack] = exec_preflight(built, self.base) if engine is Engine.EXEC \

@@ -46,6 +46,9 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -54,6 +57,7 @@ from typing import Any
 
 from stress.errors import UsageError
 from stress.programs.cache import atomic_write
+from stress.ui import Status, duration_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -76,6 +80,7 @@ _ERROR_TAIL: int = 6  # last lines of pip's / uv's output quoted in a one-line e
 HIP_LIBRARY: str = "libamdhip64.so"
 ENV_HIP_DYLIB: str = "IREE_HIP_DYLIB_PATH"
 STACKS_DIR: str = "stacks"  # under the user cache dir (the artifact cache's root)
+LAST_USED: str = ".last-used"  # touched at each use (stress/housekeeping.py reads it)
 
 
 class StackError(Exception):
@@ -337,17 +342,46 @@ class Built:
                 "env": dict(self.stack.env)}
 
 
-def _run(argv: list[str], what: str, stack: Stack, timeout: float = _PIP_TIMEOUT_S) -> str:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise StackError(f"{stack.where()}: stack {stack.name!r}: {what} failed: {exc}") from None
-    if proc.returncode != 0:
-        tail = [x for x in (proc.stderr or proc.stdout).strip().splitlines() if x.strip()]
+def _run(argv: list[str], what: str, stack: Stack, timeout: float = _PIP_TIMEOUT_S,
+         status: Status | None = None, step: str = "") -> str:
+    """Runs one build step and returns its stdout, read as it comes so that `status` can say
+    the step, the time it has taken and what pip (or uv) is doing now (an install of
+    TheRock's wheels takes minutes). A StackError carries the last lines of its output."""
+    started = time.monotonic()
+    lines: list[str] = []
+    with tempfile.TemporaryFile(mode="w+") as errors:  # stderr apart: stdout is the answer
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, text=True,
+                                    bufsize=1)
+        except OSError as exc:
+            raise StackError(f"{stack.where()}: stack {stack.name!r}: {what} failed: "
+                             f"{exc}") from None
+        killer = threading.Timer(timeout, proc.kill)  # a stuck install ends (rc -9)
+        killer.start()
+        collected = 0
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                text = line.strip()
+                collected += text.startswith(("Collecting ", "Downloading ", " + "))
+                if status is not None and text:
+                    status.update(f"stack {stack.name}: {step or what}, "
+                                  f"{duration_text(time.monotonic() - started)}"
+                                  f"{f', {collected} package step(s)' if collected else ''}: "
+                                  f"{text[:70]}")
+            rc = proc.wait()
+        finally:
+            killer.cancel()
+        errors.seek(0)
+        stderr = errors.read()
+    if rc != 0:
+        tail = [x.strip() for x in (stderr.splitlines() or lines) if x.strip()]
         msg = " | ".join(tail[-_ERROR_TAIL:])[:1200]
-        raise StackError(f"{stack.where()}: stack {stack.name!r}: {what} exited "
-                         f"{proc.returncode}: {msg}")
-    return proc.stdout
+        if rc == -9 and time.monotonic() - started >= timeout:
+            msg = f"timed out after {timeout:g} s; {msg}"
+        raise StackError(f"{stack.where()}: stack {stack.name!r}: {what} exited {rc}: {msg}")
+    return "".join(lines)
 
 
 @contextmanager
@@ -377,22 +411,35 @@ def build(stack: Stack, cache_dir: Path, log: Any = None) -> Built:
                     shutil.rmtree(venv)  # an interrupted build
                 if log:
                     log(f"building stack {stack.name} in {venv} ({'uv' if uv else 'venv + pip'})")
-                _run(venv_argv(stack.python or sys.executable, venv, uv), "venv", stack)
-                if stack.rocm_requirements:
-                    _run(install_argv(venv, stack.rocm_requirements, stack.rocm_index_url,
-                                      stack.find_links, uv), "install of rocm_requirements",
-                         stack)
+                status = log if isinstance(log, Status) else None
                 reqs = list(stack.requirements)
                 if stack.compiler:
                     reqs.append(compiler_requirement(stack.compiler))
+                steps = [("venv", venv_argv(stack.python or sys.executable, venv, uv),
+                          _PIP_TIMEOUT_S)]
+                if stack.rocm_requirements:
+                    steps.append(("install of rocm_requirements", install_argv(
+                        venv, stack.rocm_requirements, stack.rocm_index_url, stack.find_links,
+                        uv), _PIP_TIMEOUT_S))
                 if reqs:
-                    _run(install_argv(venv, reqs, stack.index_url, stack.find_links, uv),
-                         "install of requirements", stack)
-                freeze = _run(freeze_argv(venv, uv), "pip freeze", stack,
-                              _PROBE_TIMEOUT_S).split("\n")
+                    steps.append(("install of requirements", install_argv(
+                        venv, reqs, stack.index_url, stack.find_links, uv), _PIP_TIMEOUT_S))
+                steps.append(("pip freeze", freeze_argv(venv, uv), _PROBE_TIMEOUT_S))
+                started = time.monotonic()
+                outputs = [_run(argv, what, stack, limit, status,
+                                f"step {k}/{len(steps)} {what}")
+                           for k, (what, argv, limit) in enumerate(steps, 1)]
+                freeze = outputs[-1].split("\n")
+                if status is not None:
+                    status.done(f"stack {stack.name}: built in "
+                                f"{duration_text(time.monotonic() - started)}")
                 atomic_write(marker, json.dumps({"stack": stack.name, "freeze": [
                     x for x in freeze if x.strip()]}, indent=1).encode())
         recorded = json.loads(marker.read_text())
+        try:
+            (venv / LAST_USED).touch()  # `iree-stress clean --cache` removes by last use
+        except OSError:
+            pass
         python = str(venv / "bin" / "python")
         compiler = str(venv / "bin" / "iree-compile") if stack.compiler else ""
         built = Built(stack, python, env, recorded["freeze"], str(venv), compiler=compiler)

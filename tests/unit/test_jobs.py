@@ -50,3 +50,12 @@ def test_large_programs_get_fewer_invocations_per_job() -> None:
 
 def test_job_seed_override_fixes_every_input_seed() -> None:
     assert {j[3] for j in take(1, 30, job_seed=77)} == {77}
+
+
+def test_a_resumed_plan_is_the_same_stream_from_its_start_index_shards_included() -> None:
+    # issue 28 (item 1): `soak --resume` goes on with the jobs the earlier runs never reached
+    for start in (0, 1, 6, 7, 8, 300):
+        whole = [j for j in take(4, 400) if j[0] >= start][:50]
+        assert take(4, 50, start=start) == whole
+    sharded = [j for j in take(4, 400, shard=(2, 3)) if j[0] >= 100][:20]
+    assert take(4, 20, shard=(2, 3), start=100) == sharded

@@ -16,3 +16,91 @@ def test_durations_parse(text: str, seconds: float) -> None:
 def test_bad_or_non_positive_durations_are_rejected(text: str) -> None:
     with pytest.raises(click.BadParameter):
         parse_duration(text)
+
+
+# ---- issue 28 (item 6): option names reviewed as a set ------------------------------------
+from stress.cli import cli  # noqa: E402
+from stress.options import RENAMED, AliasedOption  # noqa: E402
+
+
+def commands() -> list[click.Command]:
+    return list(cli.commands.values())  # type: ignore[attr-defined]
+
+
+def options(cmd: click.Command) -> list[click.Option]:
+    return [p for p in cmd.params if isinstance(p, click.Option)]
+
+
+def shown_names(cmd: click.Command) -> list[str]:
+    ctx = click.Context(cmd)
+    names = []
+    for opt in options(cmd):
+        aliases = opt.aliases if isinstance(opt, AliasedOption) else ()
+        if not opt.hidden:
+            names += [o for o in opt.opts + opt.secondary_opts if o not in aliases]
+        record = opt.get_help_record(ctx)
+        if record is not None:
+            listed = {t for t in record[0].replace(",", " ").replace("/", " ").split()
+                      if t.startswith("-")}
+            assert not listed & set(aliases), (cmd.name, record[0])
+    return names
+
+
+def test_every_option_of_every_command_has_help_text_hidden_ones_included() -> None:
+    missing = [f"{cmd.name} {opt.opts[0]}" for cmd in commands() for opt in options(cmd)
+               if not (opt.help or "").strip()]
+    assert missing == []
+
+
+def test_no_command_has_two_options_told_apart_only_by_case_or_a_plural() -> None:
+    for cmd in commands():
+        names = shown_names(cmd)
+        assert len(names) == len(set(names)), cmd.name
+        short = [n for n in names if not n.startswith("--")]
+        assert len({n.lower() for n in short}) == len(short), (cmd.name, short)  # -p/-P
+        longs = set(n for n in names if n.startswith("--"))
+        assert not [n for n in longs if n + "s" in longs], cmd.name  # --program/--programs
+
+
+def test_a_short_option_means_one_thing_in_every_command() -> None:
+    meaning: dict[str, str] = {}
+    for cmd in commands():
+        ctx = click.Context(cmd)
+        for opt in options(cmd):
+            aliases = opt.aliases if isinstance(opt, AliasedOption) else ()
+            if opt.hidden or opt.get_help_record(ctx) is None:
+                continue
+            longs = [o for o in opt.opts if o.startswith("--") and o not in aliases]
+            for short in (o for o in opt.opts if not o.startswith("--") and o not in aliases):
+                assert meaning.setdefault(short, longs[0]) == longs[0], (cmd.name, short)
+
+
+@pytest.mark.parametrize("command,old,new,value", [
+    ("soak", ["-p", "unary.*"], ["--programs", "unary.*"], ("unary.*",)),
+    ("soak", ["-P", "shared"], ["--patterns", "shared"], ("shared",)),
+    ("soak", ["--program", "a.mlir"], ["--mlir", "a.mlir"], ("a.mlir",)),
+    ("soak", ["-j", "3"], ["--compilers", "3"], 3),
+    ("soak", ["--jobs", "3"], ["--compilers", "3"], 3),
+    ("soak", ["--parallel", "4"], ["--workers", "4"], 4),
+    ("gate", ["--budget", "90s"], ["--duration", "90s"], 90.0),
+    ("repro", ["-n", "5", "F"], ["--times", "5", "F"], 5),
+    ("compile", ["-j", "1"], ["--compilers", "1"], 1),
+])
+def test_old_spellings_still_parse_as_hidden_aliases_of_the_new_names(
+        command: str, old: list[str], new: list[str], value: object) -> None:
+    cmd = cli.commands[command]  # type: ignore[attr-defined]
+    a = cmd.make_context(command, list(old), resilient_parsing=True).params
+    b = cmd.make_context(command, list(new), resilient_parsing=True).params
+    changed = {k for k in a if a[k] != b[k]}
+    assert changed == set()
+    assert value in a.values()
+    assert old[0] not in shown_names(cmd)
+
+
+def test_renamed_options_are_the_ones_docs_soak_md_lists() -> None:
+    from tests.conftest import REPO
+
+    text = (REPO / "docs" / "soak.md").read_text()
+    for new, olds in RENAMED.items():
+        for old in olds:
+            assert f"`{old}`" in text and f"`{new}" in text, (old, new)

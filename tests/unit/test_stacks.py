@@ -148,3 +148,24 @@ def test_a_hip_library_other_than_the_bound_one_is_an_error(tmp_path: Path) -> N
     ok = {**facts, "loaded_gpu_libraries": [str(bound)],
           "device_info": f"amdhip64_dylib_path: {bound}"}
     assert stacks.check_facts(built_for(str(venv), str(bound)), ok) == []
+
+
+def test_a_build_step_shows_its_step_time_and_pips_current_line_while_it_runs() -> None:
+    # issue 28 (item 2): a stack's install (~145 MB of wheels) was minutes of silence
+    import io
+
+    from stress.ui import Log
+
+    out = io.StringIO()
+    log = Log(True, out)
+    script = "print('Collecting numpy'); print('Collecting click'); print('Installing numpy')"
+    stack = Stack(name="s", path="stacks.toml", line=1)
+    got = stacks._run([sys.executable, "-c", script], "install of requirements", stack,
+                      status=log, step="step 2/3 install of requirements")
+    assert got.splitlines() == ["Collecting numpy", "Collecting click", "Installing numpy"]
+    first = out.getvalue().splitlines()[0]
+    assert first.startswith("stack s: step 2/3 install of requirements, 0 s")
+    assert first.endswith(": Collecting numpy")
+    with pytest.raises(StackError, match="exited 3: boom"):
+        stacks._run([sys.executable, "-c", "import sys; print('boom', file=sys.stderr); "
+                     "sys.exit(3)"], "venv", stack)

@@ -1,0 +1,199 @@
+"""`iree-stress repro FAILURE_DIR`: rerun exactly one failure's job, alone, N times, and say how
+often it failed the same way: a count and a rate with its interval, beside the original run's
+rate. Every engine's failure folder has a `repro.sh` that runs this (stress/engine/evidence.py).
+The reruns are a run of their own under the failure folder (FAILURE_DIR/repro-TIME/)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stress.errors import UsageError
+from stress.programs.cache import default_cache_dir
+from stress.soak import SoakOptions, native_tools, run_soak
+from stress.store.db import DB_NAME
+
+_STORE_LEVELS: int = 3  # FAILURE_DIR/../.. is the run folder; a resumed run's is one more up
+_REPLAY_TIMEOUT_S: float = 120.0  # one iree-run-replay of a recorded job's HAL stream
+
+
+@dataclass
+class ReproResult:
+    """How often a failure's job failed again when rerun alone."""
+
+    folder: Path
+    cls: str
+    runs: int
+    failed: int
+    low: float
+    high: float
+    run_dir: Path
+    original: dict[str, Any] | None = None  # the original signature's rate, when known
+    replays: list[int] = field(default_factory=list)  # iree-run-replay exit codes
+
+    def describe(self) -> str:
+        rate = self.failed / self.runs if self.runs else 0.0
+        lines = [f"{self.folder.name}: {self.cls} again in {self.failed}/{self.runs} runs: "
+                 f"rate {rate:.0%} (95% interval {self.low:.0%}-{self.high:.0%}) -> "
+                 f"{self.run_dir}"]
+        if self.original and self.original.get("ci_low") is not None:
+            lo, hi = self.original["ci_low"], self.original["ci_high"]
+            inside = "within" if lo <= rate <= hi else "outside"
+            lines.append(f"  original run: rate {self.original['rate_per_exposure']:.0%} "
+                         f"[{lo:.0%}-{hi:.0%}] of its {self.original.get('exposure', 'job')}s:"
+                         f" the rerun's rate is {inside} that interval")
+        if self.replays:
+            ok = sum(rc == 0 for rc in self.replays)
+            lines.append(f"  iree-run-replay: {ok}/{len(self.replays)} replays exited 0")
+        return "\n".join(lines)
+
+
+def store_of(folder: Path) -> Path:
+    """The run folder holding the store of a failure folder (RUN/failures/NNNN-..., or
+    RUN/resume-K/failures/NNNN-... for a resumed run)."""
+    here = folder.resolve()
+    for parent in list(here.parents)[:_STORE_LEVELS]:
+        if (parent / DB_NAME).is_file():
+            return parent
+    raise UsageError(f"{folder}: no run store ({DB_NAME}) in the folders above it; is it a "
+                     "failure folder of a run (RUN_DIR/failures/NNNN-...)?")
+
+
+def _same_folder(recorded: str | None, folder: Path) -> bool:
+    """A failure row's evidence folder is `folder` (also when the run folder was moved or
+    copied since: CI artifacts are read where they were downloaded)."""
+    if not recorded:
+        return False
+    a, b = Path(recorded), folder.resolve()
+    return a == b or (a.name == b.name and a.parent.parent.name == b.parent.parent.name)
+
+
+def run_config(root: Path, folder: Path) -> dict[str, Any]:
+    """The config of the run that recorded the failure of `folder` (a folder's store may hold
+    several: resumed or merged runs), else its first run's."""
+    db = sqlite3.connect(f"file:{root / DB_NAME}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT run_id, artifacts FROM failures WHERE artifacts IS NOT NULL"
+                          ).fetchall()
+        run_id = next((r for r, a in rows if _same_folder(a, folder)), None)
+        row = db.execute("SELECT config FROM runs WHERE run_id = ?", (run_id,)).fetchone() \
+            if run_id is not None else None
+        row = row or db.execute("SELECT config FROM runs ORDER BY started_at LIMIT 1").fetchone()
+    finally:
+        db.close()
+    if row is None:
+        raise UsageError(f"{root} holds no run")
+    config: dict[str, Any] = json.loads(row[0])
+    return config
+
+
+def original_signature(root: Path, folder: Path) -> dict[str, Any] | None:
+    """The signature (as_dict) that holds the failure of `folder`, with its rate."""
+    from stress.analysis import rundata, signatures
+
+    try:
+        sigs = signatures.build(rundata.load([root]))
+    except Exception:  # an unreadable store: the rerun's own numbers still stand
+        return None
+    for sig in sigs:
+        if any(_same_folder(r.get("artifacts"), folder) for r in sig.rows):
+            return sig.as_dict()
+    return None
+
+
+def _out_dir(folder: Path) -> Path:
+    """FAILURE_DIR/repro-TIME, new (a second repro within the same second gets -2)."""
+    base = folder / f"repro-{time.strftime('%Y%m%d-%H%M%S')}"
+    out, k = base, 2
+    while out.exists():
+        out = base.with_name(f"{base.name}-{k}")
+        k += 1
+    return out
+
+
+def repro_options(folder: Path, times: int, cfg: dict[str, Any], job: dict[str, Any],
+                  cls: str, progress: bool) -> SoakOptions:
+    """The soak of `times` runs of the failure's job alone: the run's engine, program,
+    pattern, input seed, command, environment, interpreter and deadlines; the artifact
+    cache of this machine (IREE_STRESS_CACHE, else XDG_CACHE_HOME/iree-stress, as soak)."""
+    engine = cfg.get("engine", "python")
+    return SoakOptions(
+        target=None if engine == "exec" else str(cfg.get("target") or "cpu"),
+        device=cfg.get("device_uri") or None, workers=1, threads=int(cfg.get("threads", 2)),
+        patterns=[job["pattern"]] if engine != "exec" else [], programs=[job["program"]]
+        if engine != "exec" else [], program_files=[], duration_s=None,
+        invocations=times if engine != "python" else times * int(job["invocations"]),
+        seed=int(cfg.get("seed", 0)), env=dict(cfg.get("env") or {}), max_failures=None,
+        results=_out_dir(folder), timeout_s=float(cfg["timeout_s"]),
+        teardown_timeout_s=float(cfg["teardown_timeout_s"]),
+        max_worker_restarts=max(times, 50), inject=list(cfg.get("inject") or []),
+        python=cfg.get("python"), shard=(0, 1), job_seed=int(job["seed"]),
+        cache_dir=default_cache_dir(), compile_jobs=2, progress=progress, engine=engine,
+        command=list(cfg.get("exec_argv") or []), done_regex=cfg.get("done_regex"),
+        record=bool(cfg.get("record")),
+        cwd=Path(cfg["exec_cwd"]) if cfg.get("exec_cwd") else None,
+        repro_class=cls, repro_runs=times)
+
+
+def repro(folder: Path, times: int, replay_device: str | None = None, *,
+          with_replay: bool = False, progress: bool = False) -> ReproResult:
+    """Reruns the job of failure folder `folder` `times` times (module doc); counts the runs
+    that failed in the same class again. `with_replay`: also runs the folder's HAL replay
+    with iree-run-replay that many times."""
+    from stress.analysis.stats import wilson
+
+    try:
+        meta = json.loads((folder / "failure.json").read_text())
+        job = json.loads((folder / "job.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{folder} is not a failure folder: {exc}") from None
+    if not job:
+        raise UsageError(f"{folder}: the failure was pinned on no job; nothing to rerun (the "
+                         "run's own command is in its summary.json)")
+    root = store_of(folder)
+    cfg = run_config(root, folder)
+    opts = repro_options(folder, times, cfg, job, meta["class"], progress)
+    out = opts.results
+    assert out is not None
+    run_soak(opts)
+    db = sqlite3.connect(out / DB_NAME)
+    try:
+        jobs = {r[0] for r in db.execute("SELECT job_index FROM jobs")}
+        failing = {r[0] for r in db.execute("SELECT job_index FROM failures WHERE class = ?",
+                                            (meta["class"],))}
+        jobs |= {r[0] for r in db.execute("SELECT job_index FROM failures")}
+    finally:
+        db.close()
+    jobs.discard(None)
+    failing.discard(None)
+    low, high = wilson(len(failing), len(jobs))
+    result = ReproResult(folder, meta["class"], len(jobs), len(failing), low, high, out,
+                         original_signature(root, folder))
+    if with_replay:
+        result.replays = run_replays(folder, replay_device or cfg.get("device_uri") or
+                                     "local-task", times, cfg.get("python"))
+    return result
+
+
+def run_replays(folder: Path, device: str, times: int, python: str | None) -> list[int]:
+    """iree-run-replay of the folder's recorded HAL stream (or of the replay file `folder`)
+    on `device`, `times` times."""
+    from stress.engine import procstate
+    from stress.engine.native import replay_argv
+
+    replays = [folder] if folder.is_file() else sorted(folder.glob("*.ireereplay"))
+    if not replays:
+        raise UsageError(f"{folder} holds no HAL replay (record with soak --engine native "
+                         "--record)")
+    tools = native_tools(python or sys.executable)
+    codes = []
+    for _ in range(times):
+        run = procstate.run_bounded(replay_argv(tools, replays[0], device), _REPLAY_TIMEOUT_S)
+        codes.append(run.rc if run.rc is not None else -9)
+    return codes
+
