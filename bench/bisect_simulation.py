@@ -5,14 +5,14 @@ rate. One-step settings: the stacks from FIRST on fail at the bad rate, those be
 good rate, FIRST uniform over 1 .. N-1 (stack 0 is the --good end, the last the --bad end).
 Two-step setting: the rate rises twice, at FIRST (uniform over 1 .. N-2) and at a second
 stack uniform over FIRST+1 .. N-1; the answer is FIRST. The real bisect
-(stress.verdicts.bisect.bisect, its defaults: stop at a 95% posterior, 200 trials at most)
+(stress.verdicts.bisect.bisect, its defaults: stop at a 95% posterior, 300 trials at most)
 runs on each. An answer is right when it names FIRST.
 
 Calibration: the answers binned by the posterior printed with them; in each bin the mean
 printed posterior against the share right (with its 95% Wilson interval): a calibrated
 bisect is right as often as it says.
 
-    python bench/bisect_simulation.py [--runs 1000] [--candidates 64,20] [--seed 1]
+    python bench/bisect_simulation.py [--runs 1000] [--candidates 64,20] [--seed 1] [--jobs N]
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import header  # noqa: E402
 
 from stress.analysis.stats import wilson  # noqa: E402
-from stress.verdicts.bisect import Outcome, bisect  # noqa: E402
+from stress.verdicts.bisect import CONFIDENCE, MAX_TRIALS, Outcome, bisect  # noqa: E402
 from stress.verdicts.compare import Trial  # noqa: E402
 
 # (good rate, bad rate[, rate after the second rise]); the four of issue 11's bench first
@@ -79,17 +80,29 @@ def truth(setting: tuple[float, ...], n: int, rng: random.Random) -> tuple[list[
     return rates, first
 
 
-def simulate(setting: tuple[float, ...], n: int, runs: int, rng: random.Random) -> Tally:
-    t = Tally()
+def one_run(job: tuple[tuple[float, ...], int, int, int]) -> tuple[int, str, float, bool]:
+    """One bisection: (trials, stop, printed posterior, right); its own seeded generator, so
+    the result does not depend on how runs are spread over processes."""
+    setting, n, seed, run = job
+    rng = random.Random(f"{seed}/{n}/{setting}/{run}")
     names = [f"s{i:03d}" for i in range(n)]
-    for _ in range(runs):
-        rates, first = truth(setting, n, rng)
-        res = bisect(SimStacks(dict(zip(names, rates, strict=True)), rng), names, seed=0)
+    rates, first = truth(setting, n, rng)
+    res = bisect(SimStacks(dict(zip(names, rates, strict=True)), rng), names, seed=0)
+    return (res.trials, res.stop.value, res.confidence if res.outcome is Outcome.FOUND
+            else -1.0, res.first_bad == names[first])
+
+
+def simulate(setting: tuple[float, ...], n: int, runs: int, seed: int,
+             pool: Any = None) -> Tally:
+    jobs = [(setting, n, seed, r) for r in range(runs)]
+    t = Tally()
+    for trials, stop, printed, right in (pool.imap(one_run, jobs, chunksize=4) if pool
+                                         else map(one_run, jobs)):
         t.runs += 1
-        t.trials.append(res.trials)
-        t.stops[res.stop.value] = t.stops.get(res.stop.value, 0) + 1
-        if res.outcome is Outcome.FOUND:
-            t.answers.append((res.confidence, res.first_bad == names[first]))
+        t.trials.append(trials)
+        t.stops[stop] = t.stops.get(stop, 0) + 1
+        if printed >= 0:
+            t.answers.append((printed, right))
     return t
 
 
@@ -102,14 +115,18 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--candidates", default="64,20", help="stack counts, comma-separated")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1, help="processes (runs are seeded one by "
+                    "one: the output does not depend on it)")
     args = ap.parse_args()
     header()
-    rng = random.Random(args.seed)
-    print("the machine was shared with other work (2 cores): only counts are measured here")
+    print("only counts are measured here (no timings): the machine may be shared")
+    import multiprocessing
+
+    pool = multiprocessing.Pool(args.jobs) if args.jobs > 1 else None
     for n in (int(x) for x in args.candidates.split(",")):
-        tallies = [(s, simulate(s, n, args.runs, rng)) for s in SETTINGS]
-        print(f"\n## {n} stacks, {args.runs} bisections per setting (defaults: stop at 95%, "
-              f"at most 200 trials)")
+        tallies = [(s, simulate(s, n, args.runs, args.seed, pool)) for s in SETTINGS]
+        print(f"\n## {n} stacks, {args.runs} bisections per setting (defaults: stop at "
+              f"{CONFIDENCE:.0%}, at most {MAX_TRIALS} trials)")
         print(f"{'rates (good -> bad)':<20} {'answered':>8} {'right/answers':>13} "
               f"{'right/runs':>10} {'inconcl.':>8} {'mean trials':>11} {'p90 trials':>10} "
               f"{'mean printed':>12}")

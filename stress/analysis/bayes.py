@@ -24,6 +24,7 @@ fails, which the choice of the next stack needs (expected_entropy).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -81,26 +82,55 @@ def _log_weights(prior: tuple[float, float]) -> Array:
     return w - (w.max() + np.log(np.sum(np.exp(w - w.max()))))
 
 
+@functools.lru_cache(maxsize=16)
+def _edges(gap: float, reverse: bool) -> tuple[Array, Array]:
+    """For each grid point j, where the rate `gap` below it (above it, `reverse`) falls on
+    the grid: (the point i before it, the fraction of the way to i + 1); i = -1 or GRID_POINTS
+    when it falls off the grid."""
+    t = _P + gap if reverse else _P - gap
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.log(t) - np.log1p(-t)
+    pos = (z + LOGIT_SPAN) / (2 * LOGIT_SPAN / (GRID_POINTS - 1))
+    pos = np.where(t <= 0, -1.0, np.where(t >= 1, float(GRID_POINTS), pos))
+    pos = np.clip(np.nan_to_num(pos, nan=-1.0), -1.0, float(GRID_POINTS))
+    i = np.floor(pos).astype(int)
+    return i, pos - i
+
+
 def _logcumsum(a: Array, reverse: bool = False, gap: float = 0.0) -> Array:
-    """[., j]: log of the sum of exp(a[., i]) over the grid points i whose rate lies `gap`
-    or more below point j's (above it, `reverse`): the ordered integral on the grid. With no
-    gap the point itself counts half (a tie)."""
+    """[., j]: log of the sum of exp(a[., i]) over the rates `gap` or more below point j's
+    (above it, `reverse`): the ordered integral on the grid. Each point holds the mass of
+    the cell around it, so the running sum up to a point counts that point half, and a bound
+    between two points interpolates between their running sums."""
+    if reverse:
+        return _logcumsum(a[:, ::-1])[:, ::-1] if not gap else \
+            _reverse_gap(a, gap)
     s = a.max(axis=1, keepdims=True)
     s = np.where(np.isfinite(s), s, 0.0)
     e = np.exp(a - s)
-    if reverse:
-        run = np.cumsum(e[:, ::-1], axis=1)[:, ::-1]
-        edge = np.searchsorted(_P, _P + gap, side="left")  # first point >= p + gap
-    else:
-        run = np.cumsum(e, axis=1)
-        edge = np.searchsorted(_P, _P - gap, side="right") - 1  # last point <= p - gap
-    if not gap:
-        total = run - 0.5 * e
-    else:
-        padded = np.concatenate([run, np.zeros((len(a), 1))], axis=1)  # index -1 or G: 0
-        total = padded[:, np.where((edge < 0) | (edge >= GRID_POINTS), GRID_POINTS, edge)]
+    run = np.cumsum(e, axis=1) - 0.5 * e  # the mass below each point
+    if gap:
+        i, frac = _edges(gap, False)
+        padded = np.concatenate([np.zeros((len(a), 1)), run, run[:, -1:] + 0.5 * e[:, -1:]],
+                                axis=1)  # index -1 -> 0, GRID_POINTS -> all
+        run = padded[:, i + 1] + frac * (padded[:, np.minimum(i + 2, GRID_POINTS + 1)]
+                                         - padded[:, i + 1])
     with np.errstate(divide="ignore"):
-        return np.log(total) + s
+        return np.log(np.maximum(run, 0.0)) + s
+
+
+def _reverse_gap(a: Array, gap: float) -> Array:
+    s = a.max(axis=1, keepdims=True)
+    s = np.where(np.isfinite(s), s, 0.0)
+    e = np.exp(a - s)
+    run = np.cumsum(e[:, ::-1], axis=1)[:, ::-1] - 0.5 * e  # the mass above each point
+    i, frac = _edges(gap, True)
+    padded = np.concatenate([run[:, :1] + 0.5 * e[:, :1], run, np.zeros((len(a), 1))],
+                            axis=1)  # index -1 -> all, GRID_POINTS -> 0
+    out = padded[:, i + 1] + frac * (padded[:, np.minimum(i + 2, GRID_POINTS + 1)]
+                                     - padded[:, i + 1])
+    with np.errstate(divide="ignore"):
+        return np.log(np.maximum(out, 0.0)) + s
 
 
 @dataclass(frozen=True)
@@ -170,25 +200,29 @@ def change_point(failures: Any, trials: Any, second_rise: float = SECOND_RISE,
     with np.errstate(invalid="ignore"):
         c2_mean = np.exp(_logcumsum(a2 + _LOG_P, reverse=True, gap=rise) - c2)  # E[b2 | > j]
     tail = np.concatenate([u[:n] + c2, u[n][None, :]])  # [k2, j], k2 = 0 .. n
-    # the middle segment k1 .. k2-1 at rate b1 = p_j: its log lik is u[k2] - u[k1]; the
-    # [k1, k2, j] tensor is the costly part, in float32 (each (k1, k2) row scaled to max 1)
+    # the middle segment k1 .. k2-1 at rate b1 = p_j: its log lik is u[k2] - u[k1]. The
+    # (hypothesis, grid) array is the costly part: float32, each row scaled to max 1
     k1 = np.arange(n)[:, None]
     k2 = np.arange(n + 1)[None, :]
     valid = k2 > k1  # k2 = n (no second rise) included
-    mid = tail.astype(np.float32)[None, :, :] - u[:n].astype(np.float32)[:, None, :]
-    top = mid.max(axis=2)
-    e_mid = np.exp(mid - top[:, :, None])
+    h1, h2 = np.nonzero(valid)
+    mid = tail.astype(np.float32)[h2] - u[:n].astype(np.float32)[h1]
+    top = mid.max(axis=1)
+    e_mid = np.exp(mid - top[:, None])
     sl = left.max(axis=1)
     e_left = np.exp(left - sl[:, None])
-    sums = np.matmul(e_mid, np.stack([e_left, np.exp(left_p - sl[:, None]), e_left * _P],
-                                     axis=2).astype(np.float32)).astype(float)
     c2m = np.clip(np.nan_to_num(np.concatenate([c2_mean, np.ones((1, GRID_POINTS))])),
-                  0.0, 1.0).astype(np.float32)
-    s2 = np.matmul(e_mid * c2m[None], e_left.astype(np.float32)[:, :, None])[:, :, 0]
+                  0.0, 1.0)
+    weights = [e_left, np.exp(left_p - sl[:, None]), e_left * _P]
+    sums = [np.einsum("hj,hj->h", e_mid, v.astype(np.float32)[h1]).astype(float)
+            for v in weights]
+    sums.append(np.einsum("hj,hj,hj->h", e_mid, e_left.astype(np.float32)[h1],
+                          c2m.astype(np.float32)[h2]).astype(float))
+    log_z, r0, r1, r2 = (np.full((n, n + 1), np.nan) for _ in range(4))
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = sums[:, :, 0]
-        log_z = np.log(z) + sl[:, None] + top
-        r0, r1, r2 = sums[:, :, 1] / z, sums[:, :, 2] / z, s2.astype(float) / z
+        z = sums[0]
+        log_z[h1, h2] = np.log(z) + sl[h1] + top
+        r0[h1, h2], r1[h1, h2], r2[h1, h2] = sums[1] / z, sums[2] / z, sums[3] / z
     # the prior of (k1, k2); the ordered region's prior mass normalises each rate prior
     room = np.maximum(n - 1 - k1, 1)
     with np.errstate(divide="ignore"):
@@ -219,12 +253,13 @@ def expected_entropy(cp: ChangePoint) -> Array:
     more trial on x: under each hypothesis x fails with the posterior mean rate of its
     segment, and the posterior after that outcome is the sequential Bayes update of this."""
     n = cp.joint.shape[0]
-    x = np.arange(n)[:, None, None]
-    k1 = np.arange(n)[None, :, None]
-    k2 = np.arange(n + 1)[None, None, :]
-    p_fail = np.where(x < k1, cp.rate[0][None], np.where(x < k2, cp.rate[1][None],
-                                                          cp.rate[2][None]))
-    fail = np.sum(cp.joint[None] * p_fail, axis=2)  # [x, k1]
+    j0, j1, j2 = (cp.joint * r for r in cp.rate)
+    # P(first bad = k1 and x fails), [x, k1]: x < k1 is on the good side; else x is in the
+    # middle segment when k2 > x (k2 = n included), in the last one when k2 <= x
+    mid = np.cumsum(j1[:, ::-1], axis=1)[:, ::-1][:, 1:n + 1]  # [k1, x]: sum over k2 > x
+    last = np.cumsum(j2, axis=1)[:, :n]  # [k1, x]: sum over k2 <= x
+    x = np.arange(n)[:, None]
+    fail = np.where(x < np.arange(n)[None, :], j0.sum(axis=1)[None, :], (mid + last).T)
     out = np.zeros(n)
     for joint in (fail, cp.posterior[None, :] - fail):
         joint = np.clip(joint, 0.0, None)

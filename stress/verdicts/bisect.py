@@ -100,6 +100,7 @@ class BisectResult:
     rate_good: float = 0.0  # posterior mean failure rate of a trial before the first bad
     rate_bad: float = 0.0  # ... and from it on (to a second rise, if any)
     second_rise: float = 0.0  # P(the rate rises again after the first bad stack)
+    ran: int = 0  # trials run by this command (the rest were on disk)
 
     @property
     def trials(self) -> int:
@@ -109,7 +110,8 @@ class BisectResult:
         return {"outcome": self.outcome.value, "stop": self.stop.value, "reason": self.reason,
                 "first_bad": self.first_bad or None, "last_good": self.last_good or None,
                 "confidence": round(self.confidence, 4), "asked_confidence": self.asked,
-                "trials": self.trials, "rate_good": round(self.rate_good, 4),
+                "trials": self.trials, "ran": self.ran,
+                "from_disk": self.trials - self.ran, "rate_good": round(self.rate_good, 4),
                 "rate_bad": round(self.rate_bad, 4),
                 "second_rise": round(self.second_rise, 4),
                 "prior": {"rates": f"Beta{RATE_PRIOR}", "least_rise": RISE},
@@ -174,7 +176,7 @@ def bisect(runner: TrialRunner, names: Sequence[str], seed: int,
         if t.stack in ev.by_stack:
             ev.add(t)
     stop, harness = Stop.BUDGET, ("", "")
-    last = ""
+    last, ran = "", 0
     while True:
         failures, trials = ev.counts()
         cp = change_point(failures, trials)
@@ -194,11 +196,13 @@ def bisect(runner: TrialRunner, names: Sequence[str], seed: int,
         if trial.harness:
             stop, harness = Stop.HARNESS, (name, f"{name} trial {index}: {trial.harness}")
             break
-        ev.add(trial)
+        ran += ev.add(trial)
         f, n = ev.counts()
         last = (f"trial {ev.total}: {name} {'FAILED' if trial.failed else 'ok'} ({f[x]}/{n[x]} "
                 f"of its trials failed)")
-    return _result(ev, cp, stop, confidence, max_trials, harness)
+    result = _result(ev, cp, stop, confidence, max_trials, harness)
+    result.ran = ran
+    return result
 
 
 def _result(ev: Evidence, cp: ChangePoint, stop: Stop, asked: float, budget: int,
@@ -240,9 +244,9 @@ def _result(ev: Evidence, cp: ChangePoint, stop: Stop, asked: float, budget: int
 
 def render(r: BisectResult) -> str:
     lines = [f"BISECT  {r.outcome.value}: {r.reason}",
-             f"  posterior of the first bad stack from {r.trials} trials (rates unknown: "
-             f"Beta{RATE_PRIOR} priors, each rise >= {RISE:.0%}); P(a second rise after "
-             f"it) = {r.second_rise:.0%}",
+             f"  posterior of the first bad stack from {r.trials} trials ({r.ran} run now, "
+             f"{r.trials - r.ran} from disk; rates unknown: Beta{RATE_PRIOR} priors, each "
+             f"rise >= {RISE:.0%}); P(the rate rises again later) = {r.second_rise:.0%}",
              f"  {'stack':<32} {'failed':>9}  {'P(first bad)':>12}  {'P(bad)':>7}  note"]
     for row in r.rows:
         frac = f"{row.failures}/{row.trials}" if row.trials else "-"
@@ -317,14 +321,14 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
     log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, stop at {confidence:.0%}, "
         f"at most {max_trials} trials; trials in {out} (rerun the same command to resume); "
         f"{len(known)} trial(s) of this bisection already on disk")
+    seen = {(t.stack, t.seed) for t in known}
     for cache in related_caches(out, family, plan, keys):
-        more = stored_trials([cache], names)
+        more = [t for t in stored_trials([cache], names) if (t.stack, t.seed) not in seen]
         if more:
-            log(f"  + {len(more)} trial(s) of the same plan (another seed) from {cache.root}")
+            log(f"  + {len(more)} trial(s) of the same plan from {cache.root} (seeds "
+                f"{min(t.seed for t in more)}..{max(t.seed for t in more)})")
             known += more
+            seen |= {(t.stack, t.seed) for t in more}
     result = bisect(cached, names, seed, confidence, max_trials, log, known)
-    log(f"{cached.ran} trial(s) run, {result.trials - cached.ran} from disk")
-    atomic_write(out / "bisect.json", json.dumps(
-        {**result.as_dict(), "ran": cached.ran, "from_disk": result.trials - cached.ran},
-        indent=1).encode())
+    atomic_write(out / "bisect.json", json.dumps(result.as_dict(), indent=1).encode())
     return result
