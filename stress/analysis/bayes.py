@@ -82,8 +82,12 @@ def _log_weights(prior: tuple[float, float]) -> Array:
     return w - (w.max() + np.log(np.sum(np.exp(w - w.max()))))
 
 
-@functools.lru_cache(maxsize=16)
 def _edges(gap: float, reverse: bool) -> tuple[Array, Array]:
+    return _edges_on(gap, reverse, GRID_POINTS)
+
+
+@functools.lru_cache(maxsize=16)
+def _edges_on(gap: float, reverse: bool, _points: int) -> tuple[Array, Array]:
     """For each grid point j, where the rate `gap` below it (above it, `reverse`) falls on
     the grid: (the point i before it, the fraction of the way to i + 1); i = -1 or GRID_POINTS
     when it falls off the grid."""

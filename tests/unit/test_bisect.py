@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from stress.cli import cli
-from stress.verdicts.bisect import Outcome, Stop, bisect, render, stored_trials
+from stress.verdicts.bisect import Evidence, Outcome, Stop, bisect, render, stored_trials
 from stress.verdicts.compare import Cached, Trial, TrialCache
 
 
@@ -114,6 +114,13 @@ def test_an_interrupted_bisect_resumes_counting_every_cached_trial(tmp_path: Pat
     third = Stacks(rates, seed=3)
     done = bisect(Cached(third, cache), names, seed=0, known=stored_trials([cache], names))
     assert done.first_bad == "n09" and third.calls == [] and done.trials == r.trials
+    # a bisect over part of the list counts every trial on disk of its stacks, not only
+    # those its own path would have asked for
+    part = names[4:13]
+    stored = len(stored_trials([cache], part))
+    fourth = Stacks(rates, seed=4)
+    sub = bisect(Cached(fourth, cache), part, seed=0, known=stored_trials([cache], part))
+    assert sub.first_bad == "n09" and sub.trials == stored + len(fourth.calls)
 
 
 def test_trials_of_another_seed_count_and_no_seed_is_run_twice() -> None:
@@ -122,13 +129,23 @@ def test_trials_of_another_seed_count_and_no_seed_is_run_twice() -> None:
     compared = [Trial(n, i, 100 + i, rng.random() < rates[n]) for n in ("n00", "n07")
                 for i in range(20)]
     stacks = Stacks(rates, seed=4)
-    r = bisect(stacks, list(rates), seed=100, known=compared)
+    r = bisect(stacks, list(rates), seed=90, known=compared)  # seeds 90 + i would collide
     by_stack = {row.name: row.trials for row in r.rows}
     assert by_stack["n00"] >= 20 and by_stack["n07"] >= 20
     assert r.trials == 40 + len(stacks.calls)
     seeds = [(s, seed) for s, _, seed in stacks.calls]
     assert len(set(seeds)) == len(seeds)
     assert not {(t.stack, t.seed) for t in compared} & set(seeds)
+
+
+def test_a_stacks_next_trial_never_repeats_a_seed_it_has_run() -> None:
+    ev = Evidence(["a", "b"])
+    for i in range(20):  # a compare's trials of "a": indices 0..19, seeds 100..119
+        assert ev.add(Trial("a", i, 100 + i, False))
+    assert not ev.add(Trial("a", 4, 104, True))  # the same trial found twice counts once
+    i = ev.next_index("a", 90)  # this bisect's seeds are 90 + i
+    assert 90 + i not in range(100, 120) and i not in range(20)
+    assert ev.next_index("b", 90) == 0
 
 
 def test_a_good_end_that_fails_like_the_rest_is_inconclusive_and_says_so() -> None:
