@@ -348,7 +348,7 @@ def compare(**kw: Any) -> None:
 @click.option("--confidence", type=click.FloatRange(0.5, 1.0, min_open=True, max_open=True),
               default=0.95, show_default=True,
               help="Stop when the top stack's posterior of being the first bad one reaches it.")
-@click.option("--max-trials", type=click.IntRange(1), default=200, show_default=True,
+@click.option("--max-trials", type=click.IntRange(1), default=300, show_default=True,  # MAX_TRIALS
               help="Trials in all (those on disk included); then inconclusive, with the "
                    "posterior's top stacks.")
 @click.option("--p-good", type=float, hidden=True)  # the SPRT's hypotheses before issue 27:

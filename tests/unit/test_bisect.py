@@ -14,7 +14,15 @@ import pytest
 from click.testing import CliRunner
 
 from stress.cli import cli
-from stress.verdicts.bisect import Evidence, Outcome, Stop, bisect, render, stored_trials
+from stress.verdicts.bisect import (
+    MAX_TRIALS,
+    Evidence,
+    Outcome,
+    Stop,
+    bisect,
+    render,
+    stored_trials,
+)
 from stress.verdicts.compare import Cached, Trial, TrialCache
 
 
@@ -214,6 +222,7 @@ def test_a_bisect_after_a_compare_of_its_ends_counts_the_compares_trials(
                                      "--results", str(tmp_path / "bis")])
     assert len(FakeSoakTrials.runs) == compared + len(bisected)  # resumed: nothing ran
     assert f"+ {compared} trial(s) of the same plan from {tmp_path / 'cmp'}" in again.output
+    assert f"at most {MAX_TRIALS} trials" in again.output  # the CLI's default is the module's
 
 
 def test_the_old_sprt_options_are_accepted_and_said_to_be_ignored(tmp_path: Path) -> None:
