@@ -1,4 +1,5 @@
-"""A real bisect over 16 stacks where a fault starts at a known position: does it name it?
+"""A real bisect over 16 stacks where a fault starts at a known position: does it name it,
+with what posterior, after how many trials?
 
 Stacks n00 .. n15 are this interpreter; from n{FIRST_BAD} on, each carries an injected fault
 in its environment (IREE_STRESS_INJECT=segv@invoke:P: a real SIGSEGV in a worker, about half
@@ -50,7 +51,8 @@ def main() -> None:
             t0 = time.monotonic()
             lines: list[str] = []
             res = run_bisect(base, f, "n00", f"n{STACKS - 1:02d}", out, lines.append)
-            print(f"\n## {attempt}: {time.monotonic() - t0:.0f} s; {lines[-1]}")
+            print(f"\n## {attempt}: {time.monotonic() - t0:.0f} s; {res.ran} trial(s) run, "
+                  f"{res.trials - res.ran} from disk")
             print(render(res))
             ok = res.first_bad == f"n{args.first_bad:02d}"
             print(f"named the right stack: {'yes' if ok else 'NO'}")

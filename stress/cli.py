@@ -380,26 +380,32 @@ def compare(**kw: Any) -> None:
 @run_options
 @click.option("--duration", "-d", type=Duration(), help="Length of each trial's soak  "
                                                        "[default: 20s, or --invocations]")
-@click.option("--p-good", type=float, default=0.02, show_default=True,
-              help="A good stack's trials fail at most this often (H0).")
-@click.option("--p-bad", type=float, default=0.3, show_default=True,
-              help="A bad stack's trials fail at least this often (H1).")
-@click.option("--max-trials", type=click.IntRange(1), default=60, show_default=True,
-              help="Per stack; still undecided then: inconclusive.")
+@click.option("--confidence", type=click.FloatRange(0.5, 1.0, min_open=True, max_open=True),
+              default=0.95, show_default=True,
+              help="Stop when the top stack's posterior of being the first bad one reaches it.")
+@click.option("--max-trials", type=click.IntRange(1), default=300, show_default=True,  # MAX_TRIALS
+              help="Trials in all (those on disk included); then inconclusive, with the "
+                   "posterior's top stacks.")
+@click.option("--p-good", type=float, hidden=True)  # the SPRT's hypotheses before issue 27:
+@click.option("--p-bad", type=float, hidden=True)  # accepted, ignored, said so
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No live state.")
 def bisect(**kw: Any) -> None:
-    """Which stack between --good and --bad (in file order) is the first bad one? Noisy
-    bisection: each stack tested gets trials until a sequential test calls it good or bad.
-    Every trial is cached under --results (default results/bisect-PLAN): rerun the same
-    command to resume. Exit 0 found, 3 inconclusive. See docs/stacks.md."""
+    """Which stack between --good and --bad (in file order) is the first bad one? Bayesian
+    noisy bisection: a posterior over the first bad stack with both sides' failure rates
+    unknown; each trial goes where it is expected to tell the most, until one stack reaches
+    --confidence. Every trial is cached under --results (default results/bisect-PLAN): rerun
+    the same command to resume; trials of a compare of the same plan next to it count too.
+    Exit 0 found, 3 inconclusive. See docs/stacks.md."""
     from stress.verdicts import bisect as bisect_mod
 
     opts = soak_options_from(kw, kw["duration"], False, sys.argv[2:])
     log = Log(not (kw["quiet"] or kw["as_json"]))  # lines and live steps, on stderr
+    if kw["p_good"] is not None or kw["p_bad"] is not None:
+        click.echo("note: --p-good/--p-bad are ignored: bisect learns both sides' rates from "
+                   "the trials (docs/stacks.md)", err=True)
     result = bisect_mod.run_bisect(opts, kw["stacks_file"], kw["good"], kw["bad"],
-                                   kw["results"], log, kw["p_good"], kw["p_bad"],
-                                   kw["max_trials"])
+                                   kw["results"], log, kw["confidence"], kw["max_trials"])
     click.echo(json.dumps(result.as_dict()) if kw["as_json"] else bisect_mod.render(result))
     sys.exit(result.outcome.exit_code)
 

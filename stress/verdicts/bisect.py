@@ -1,45 +1,52 @@
 """`iree-stress bisect`: which stack in an ordered list (TheRock nightlies, IREE rcs) is the
 first bad one, when "bad" shows only as a higher failure rate?
 
-Noisy bisection. Each stack tested is judged by a Bernoulli SPRT (stats.BernoulliSprt) of
-H0: failure rate <= p_good against H1: rate >= p_bad, on whole-soak trials (trial i of every
-stack with seed `seed + i`), until it decides: good, bad, or undecided after
-`max_trials` (then the answer is inconclusive, with the table). The ends are judged first (the
-good end must look good and the bad end bad), then the midpoint of the interval, as in a
-plain bisection. The reported confidence is a Bonferroni lower bound: 1 minus the sum of the
-per-decision error bounds (alpha for each "bad", beta for each "good") along the path;
-bench/bisect_simulation.py measures the real accuracy (much higher: Wald's bounds are loose).
+Bayesian noisy bisection (analysis.bayes.change_point): a posterior over "the rate first
+rises at stack k" for every stack of the list, the good end included (k = the good end: it is
+bad already), with the failure rates unknown (Jeffreys priors, in order: each rise adds at
+least 10 points) and integrated out, and room for a second rise later (the first is the
+answer). Every trial on every stack counts, the ends too, as evidence, never as gates. The
+next trial goes to the stack where the expected drop of the posterior's entropy is largest
+(analysis.bayes.expected_entropy); the bisection stops when the top stack's posterior reaches
+the asked confidence (default 95%), or when the trial budget is spent (then it reports the
+posterior's top stacks, inconclusive). bench/bisect_simulation.py measures whether the
+printed posterior is right as often as it says.
 
-Every trial goes through a TrialCache keyed by stack and plan, so a bisection interrupted
-midway resumes where it stopped (the same seeds replay the same decisions from disk), and a
-second bisection over an overlapping list reuses the stacks already judged.
+A trial is a whole soak (trial i of a stack with seed `seed + i`). Trials are cached on disk
+by stack and plan (compare.TrialCache); before the first new trial, every trial already on
+disk for a stack of the list counts: this bisection's own (an interrupted run resumes), and
+those of other folders next to it under the same plan with another seed (a compare of the two
+ends, an earlier bisect over an overlapping list). A trial is identified by its stack and seed:
+one seen in two folders counts once, and no new trial repeats a seed already seen.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stress.analysis.stats import BernoulliSprt, Decision, fmt_rate, independent_rate
-from stress.verdicts.compare import TrialRunner
+import numpy as np
 
-P_GOOD: float = 0.02  # a good stack fails at most 1 trial in 50 (fusilli's good pair: 0/20)
-P_BAD: float = 0.3  # a bad one at least 30% (fusilli's bad pair: 12/20; the TheRock stall
-#   40-60%); the closer the two, the more trials each decision takes
-STEP_ERROR: float = 0.01  # alpha = beta per decision: ~8 decisions for 64 stacks, a >= 92%
-#   Bonferroni bound (the simulation measures ~99%)
-MAX_TRIALS: int = 60  # per stack: a stack still undecided here sits between the hypotheses
+from stress.analysis.bayes import (
+    RATE_PRIOR,
+    RISE,
+    ChangePoint,
+    change_point,
+    expected_entropy,
+)
+from stress.analysis.stats import fmt_rate
+from stress.verdicts.compare import Trial, TrialRunner
 
-
-class Judgement(enum.Enum):
-    GOOD = "good"
-    BAD = "bad"
-    UNDECIDED = "undecided"
-    HARNESS = "not a result"  # its workers could not start
-    UNTESTED = "-"
+CONFIDENCE: float = 0.95  # stop when the top stack's posterior reaches it (--confidence)
+MAX_TRIALS: int = 300  # the whole bisection's trials, those on disk included: 300 one-minute
+#   soaks are a long night; at 5% vs 40% over 20 stacks 1 bisection in 20 needs more than 200
+#   (bench/results/bisect_simulation.txt has the distribution's 90th percentiles)
+TOP_SHOWN: int = 5  # stacks listed when the budget ends: the posterior's largest
+TOP_MASS: float = 0.99  # ... or fewer, once they hold this much of it
 
 
 class Outcome(enum.Enum):
@@ -51,139 +58,251 @@ class Outcome(enum.Enum):
         return 0 if self is Outcome.FOUND else 3
 
 
+class Stop(enum.Enum):
+    """Why the bisection stopped."""
+
+    CONFIDENT = "confident"  # the top stack reached the asked confidence
+    GOOD_END_BAD = "good end bad"  # ... and it is the good end: no change inside the list
+    BUDGET = "budget"  # the trial budget is spent first
+    HARNESS = "harness"  # a stack's workers could not start: its trials are not results
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.FOUND if self is Stop.CONFIDENT else Outcome.INCONCLUSIVE
+
+
 @dataclass
 class Row:
     name: str
-    judgement: Judgement = Judgement.UNTESTED
     trials: int = 0
     failures: int = 0
-    llr: float = 0.0
+    p_first_bad: float = 0.0  # P(first bad = this stack)
+    p_bad: float = 0.0  # P(this stack is bad) = P(first bad <= this stack)
     note: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"stack": self.name, "judgement": self.judgement.value, "trials": self.trials,
-                "failures": self.failures, "llr": round(self.llr, 3), "note": self.note}
+        return {"stack": self.name, "trials": self.trials, "failures": self.failures,
+                "p_first_bad": round(self.p_first_bad, 4), "p_bad": round(self.p_bad, 4),
+                "note": self.note}
 
 
 @dataclass
 class BisectResult:
     outcome: Outcome
+    stop: Stop
     reason: str
     first_bad: str = ""
     last_good: str = ""
-    confidence: float = 0.0
+    confidence: float = 0.0  # the top stack's posterior
+    asked: float = CONFIDENCE
     rows: list[Row] = field(default_factory=list)
-    decisions: int = 0
+    top: list[tuple[str, float]] = field(default_factory=list)
+    rate_good: float = 0.0  # posterior mean failure rate of a trial before the first bad
+    rate_bad: float = 0.0  # ... and from it on (to a second rise, if any)
+    second_rise: float = 0.0  # P(the rate rises again after the first bad stack)
+    ran: int = 0  # trials run by this command (the rest were on disk)
 
     @property
     def trials(self) -> int:
         return sum(r.trials for r in self.rows)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"outcome": self.outcome.value, "reason": self.reason,
+        return {"outcome": self.outcome.value, "stop": self.stop.value, "reason": self.reason,
                 "first_bad": self.first_bad or None, "last_good": self.last_good or None,
-                "confidence": round(self.confidence, 4), "trials": self.trials,
-                "decisions": self.decisions, "stacks": [r.as_dict() for r in self.rows]}
+                "confidence": round(self.confidence, 4), "asked_confidence": self.asked,
+                "trials": self.trials, "ran": self.ran,
+                "from_disk": self.trials - self.ran, "rate_good": round(self.rate_good, 4),
+                "rate_bad": round(self.rate_bad, 4),
+                "second_rise": round(self.second_rise, 4),
+                "prior": {"rates": f"Beta{RATE_PRIOR}", "least_rise": RISE},
+                "top": [{"stack": s, "posterior": round(p, 4)} for s, p in self.top],
+                "stacks": [r.as_dict() for r in self.rows]}
 
 
-def judge(runner: TrialRunner, row: Row, seed: int, p_good: float = P_GOOD,
-          p_bad: float = P_BAD, error: float = STEP_ERROR, max_trials: int = MAX_TRIALS) -> Row:
-    """Trials of one stack until its SPRT decides (or max_trials, or a harness failure)."""
-    sprt = BernoulliSprt(p_good, p_bad, error, error)
-    for i in range(max_trials):
-        trial = runner.run(row.name, i, seed + i)
-        if trial.harness:
-            row.judgement, row.note = Judgement.HARNESS, trial.harness
-            return row
-        row.trials += 1
-        row.failures += int(trial.failed)
-        decision = sprt.update(int(trial.failed), 1)
-        row.llr = sprt.llr
-        if decision is not Decision.CONTINUE:
-            row.judgement = Judgement.BAD if decision is Decision.ACCEPT_H1 else Judgement.GOOD
-            return row
-    row.judgement = Judgement.UNDECIDED
-    rate = independent_rate(row.failures, row.trials, "trial")
-    row.note = (f"undecided after {row.trials} trials: {rate.describe()} lies between "
-                f"{fmt_rate(p_good)} and {fmt_rate(p_bad)}")
-    return row
+class Evidence:
+    """Every trial seen per stack, one per seed (the same trial found in two folders counts
+    once); harness failures are not evidence."""
+
+    def __init__(self, names: Sequence[str]):
+        self.names = list(names)
+        self.by_stack: dict[str, dict[int, Trial]] = {n: {} for n in names}
+
+    def add(self, trial: Trial) -> bool:
+        """False when that stack's trial of that seed is already counted."""
+        seen = self.by_stack[trial.stack]
+        if trial.harness or trial.seed in seen:
+            return False
+        seen[trial.seed] = trial
+        return True
+
+    def counts(self) -> tuple[list[int], list[int]]:
+        trials = [list(self.by_stack[n].values()) for n in self.names]
+        return [sum(t.failed for t in ts) for ts in trials], [len(ts) for ts in trials]
+
+    @property
+    def total(self) -> int:
+        return sum(len(v) for v in self.by_stack.values())
+
+    def next_index(self, stack: str, seed: int) -> int:
+        """The first trial index that neither names a trial seen (its run folder may be this
+        one's) nor gives a seed (`seed + index`) this stack has run already."""
+        seen = self.by_stack[stack]
+        taken = {t.index for t in seen.values()}
+        i = 0
+        while seed + i in seen or i in taken:
+            i += 1
+        return i
 
 
-def bisect(runner: TrialRunner, names: Sequence[str], seed: int, p_good: float = P_GOOD,
-           p_bad: float = P_BAD, error: float = STEP_ERROR, max_trials: int = MAX_TRIALS,
-           on_progress: Callable[[str], None] | None = None) -> BisectResult:
-    """`names` ordered from the known-good to the known-bad stack (both ends included)."""
+def next_stack(cp: ChangePoint) -> int:
+    """The stack whose next trial is expected to shrink the posterior's entropy the most (the
+    first such stack on a tie)."""
+    return int(np.argmin(expected_entropy(cp)))
+
+
+def bisect(runner: TrialRunner, names: Sequence[str], seed: int,
+           confidence: float = CONFIDENCE, max_trials: int = MAX_TRIALS,
+           on_progress: Callable[[str], None] | None = None,
+           known: Iterable[Trial] = ()) -> BisectResult:
+    """`names` ordered from the known-good to the known-bad stack (both ends included);
+    `known`: trials already run (from disk), counted before any new one."""
     if len(names) < 2:
         raise ValueError("bisect needs at least two stacks")
-    rows = [Row(n) for n in names]
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     say = on_progress or (lambda _line: None)
-    result = BisectResult(Outcome.INCONCLUSIVE, "", rows=rows)
-    bound = 0.0
-
-    def test(i: int) -> Judgement:
-        nonlocal bound
-        row = judge(runner, rows[i], seed, p_good, p_bad, error, max_trials)
-        say(f"[{i + 1}/{len(rows)}] {row.name}: {row.judgement.value} "
-            f"({row.failures}/{row.trials} trials failed, LLR {row.llr:.2f})")
-        if row.judgement in (Judgement.GOOD, Judgement.BAD):
-            result.decisions += 1
-            bound += error
-        return row.judgement
-
-    ends = ((0, Judgement.GOOD, "the good end"), (len(rows) - 1, Judgement.BAD, "the bad end"))
-    for i, want, what in ends:
-        got = test(i)
-        if got is not want:
-            result.reason = (f"{what} {rows[i].name} is {got.value}, not {want.value}"
-                             f"{': ' + rows[i].note if rows[i].note else ''}")
-            return result
-    lo, hi = 0, len(rows) - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        got = test(mid)
-        if got is Judgement.GOOD:
-            lo = mid
-        elif got is Judgement.BAD:
-            hi = mid
-        else:
-            result.reason = (f"{rows[mid].name} is {got.value}: {rows[mid].note}; the first "
-                             f"bad stack lies in {rows[lo + 1].name} .. {rows[hi].name}")
-            return result
-    result.outcome = Outcome.FOUND
-    result.first_bad, result.last_good = rows[hi].name, rows[lo].name
-    result.confidence = max(0.0, 1.0 - bound)
-    result.reason = (f"first bad stack: {rows[hi].name} (last good: {rows[lo].name}); "
-                     f"confidence >= {result.confidence:.0%} ({result.decisions} decisions at "
-                     f"<= {error:.0%} error each), {result.trials} trials")
+    ev = Evidence(names)
+    for t in known:
+        if t.stack in ev.by_stack:
+            ev.add(t)
+    stop, harness = Stop.BUDGET, ("", "")
+    last, ran = "", 0
+    while True:
+        failures, trials = ev.counts()
+        cp = change_point(failures, trials)
+        top = cp.top
+        if last:
+            say(f"{last}; top {names[top]} {cp.posterior[top]:.1%}, entropy "
+                f"{cp.entropy():.2f} bits")
+        if cp.posterior[top] >= confidence:
+            stop = Stop.CONFIDENT if top > 0 else Stop.GOOD_END_BAD
+            break
+        if ev.total >= max_trials:
+            break
+        x = next_stack(cp)
+        name = names[x]
+        index = ev.next_index(name, seed)
+        trial = runner.run(name, index, seed + index)
+        if trial.harness:
+            stop, harness = Stop.HARNESS, (name, f"{name} trial {index}: {trial.harness}")
+            break
+        ran += ev.add(trial)
+        f, n = ev.counts()
+        last = (f"trial {ev.total}: {name} {'FAILED' if trial.failed else 'ok'} ({f[x]}/{n[x]} "
+                f"of its trials failed)")
+    result = _result(ev, cp, stop, confidence, max_trials, harness)
+    result.ran = ran
     return result
 
 
+def _result(ev: Evidence, cp: ChangePoint, stop: Stop, asked: float, budget: int,
+            harness: tuple[str, str]) -> BisectResult:
+    names = ev.names
+    failures, trials = ev.counts()
+    p_bad = cp.p_bad()
+    rows = [Row(n, trials[i], failures[i], float(cp.posterior[i]), float(p_bad[i]))
+            for i, n in enumerate(names)]
+    order = sorted(range(len(names)), key=lambda i: -cp.posterior[i])
+    top: list[tuple[str, float]] = []
+    for i in order[:TOP_SHOWN]:
+        top.append((names[i], float(cp.posterior[i])))
+        if sum(p for _, p in top) >= TOP_MASS:
+            break
+    g, b = cp.rates()
+    k = cp.top
+    r = BisectResult(stop.outcome, stop, "", confidence=float(cp.posterior[k]), asked=asked,
+                     rows=rows, top=top, rate_good=g, rate_bad=b,
+                     second_rise=cp.second_rise())
+    shown = ", ".join(f"{s} {p:.1%}" for s, p in top)
+    rates = f"trials fail {fmt_rate(g)} before the first bad stack, {fmt_rate(b)} from it"
+    if stop is Stop.CONFIDENT:
+        r.first_bad, r.last_good = names[k], names[k - 1]
+        r.reason = (f"first bad stack: {names[k]} (last good: {names[k - 1]}); posterior "
+                    f"{r.confidence:.1%} (asked {asked:.0%}) after {r.trials} trials; {rates}")
+    elif stop is Stop.GOOD_END_BAD:
+        r.reason = (f"the good end {names[0]} fails like the stacks after it (posterior "
+                    f"{r.confidence:.1%} that the list's first stack is already bad) after "
+                    f"{r.trials} trials: is --good really good?")
+    elif stop is Stop.HARNESS:
+        rows[names.index(harness[0])].note = "not a result: its workers could not start"
+        r.reason = f"{harness[1]}; posterior so far: {shown}"
+    else:
+        r.reason = (f"the budget of {budget} trials is spent with no stack at {asked:.0%}: "
+                    f"most likely first bad {shown}; {rates}")
+    return r
+
+
 def render(r: BisectResult) -> str:
-    head = f"BISECT  {r.outcome.value}: {r.reason}"
-    lines = [head, f"  {'stack':<32} {'judged':<13} {'failed':>9}  {'LLR':>6}  note"]
+    lines = [f"BISECT  {r.outcome.value}: {r.reason}",
+             f"  posterior of the first bad stack from {r.trials} trials ({r.ran} run now, "
+             f"{r.trials - r.ran} from disk; rates unknown: Beta{RATE_PRIOR} priors, each "
+             f"rise >= {RISE:.0%}); P(the rate rises again later) = {r.second_rise:.0%}",
+             f"  {'stack':<32} {'failed':>9}  {'P(first bad)':>12}  {'P(bad)':>7}  note"]
     for row in r.rows:
         frac = f"{row.failures}/{row.trials}" if row.trials else "-"
         mark = " <- first bad" if row.name == r.first_bad else ""
-        lines.append(f"  {row.name:<32} {row.judgement.value:<13} {frac:>9}  "
-                     f"{row.llr:>6.2f}  {row.note[:80]}{mark}")
+        lines.append(f"  {row.name:<32} {frac:>9}  {row.p_first_bad:>12.1%}  "
+                     f"{row.p_bad:>7.1%}  {row.note[:80]}{mark}")
     return "\n".join(lines)
 
 
+# --- the real bisection: trials on disk --------------------------------------------------------
+
+def stored_trials(caches: Iterable[Any], names: Sequence[str]) -> list[Trial]:
+    """Every trial the caches hold for these stacks."""
+    return [t for c in caches for n in names for t in c.stored(n)]
+
+
+def related_caches(out: Path, family: str, plan: str,
+                   stack_keys: dict[str, str]) -> list[Any]:
+    """Trial caches of the same plan but another seed, in `out` and in the folders next to it
+    (a compare's `results/compare-A-B-...` beside this `results/bisect-...`): those that
+    recorded the plan family (compare.TrialCache writes it)."""
+    from stress.verdicts.compare import PLAN_FILE, TRIALS_DIR, TrialCache
+
+    found = []
+    pattern = f"{TRIALS_DIR}/*/{PLAN_FILE}"
+    for pf in sorted({*out.glob(pattern), *out.parent.glob(f"*/{pattern}")}):
+        try:
+            meta = json.loads(pf.read_text())
+        except (OSError, ValueError):
+            continue
+        root = pf.parent.parent.parent
+        if meta.get("family") == family and not (root == out and meta.get("plan") == plan):
+            found.append(TrialCache(root, str(meta.get("plan")), stack_keys, family))
+    return found
+
+
 def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path | None,
-               log: Callable[[str], None], p_good: float = P_GOOD, p_bad: float = P_BAD,
+               log: Callable[[str], None], confidence: float = CONFIDENCE,
                max_trials: int = MAX_TRIALS) -> BisectResult:
     """The stacks from `good` to `bad` in file order. Trials are cached in the output folder
     (default: results/bisect-PLAN, the same for the same command): rerunning the command
     after an interruption resumes."""
-    import json
-
     from stress.errors import UsageError
     from stress.programs.cache import atomic_write
     from stress.verdicts import stacks
-    from stress.verdicts.compare import Cached, SoakTrials, TrialCache, base_plan_key, prepare
+    from stress.verdicts.compare import (
+        Cached,
+        SoakTrials,
+        TrialCache,
+        base_plan_key,
+        family_key,
+        prepare,
+    )
 
-    if not 0.0 < p_good < p_bad < 1.0:
-        raise UsageError(f"need 0 < --p-good < --p-bad < 1, got {p_good} and {p_bad}")
+    if not 0.0 < confidence < 1.0:
+        raise UsageError(f"need 0 < --confidence < 1, got {confidence}")
     order = list(stacks.load(stacks_file))
     for name in (good, bad):
         if name not in order:
@@ -193,15 +312,23 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
         raise UsageError(f"--good {good} must come before --bad {bad} in {stacks_file}")
     names = order[i:j + 1]
     seed = base.seed if base.seed is not None else 0
-    plan = base_plan_key(base, seed)
+    plan, family = base_plan_key(base, seed), family_key(base)
     out = out_dir or Path("results") / f"bisect-{plan}"
     built, keys = prepare(stacks_file, names, base, log)
-    cached = Cached(SoakTrials(base, built, out, log), TrialCache(out, plan, keys))
-    log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, H0 rate <= {p_good}, "
-        f"H1 rate >= {p_bad}; trials in {out} (rerun the same command to resume)")
-    result = bisect(cached, names, seed, p_good, p_bad, max_trials=max_trials,
-                    on_progress=log)
-    log(f"{cached.ran} trial(s) run, {cached.reused} reused from {out}")
-    atomic_write(out / "bisect.json", json.dumps(
-        {**result.as_dict(), "ran": cached.ran, "reused": cached.reused}, indent=1).encode())
+    own = TrialCache(out, plan, keys, family)
+    cached = Cached(SoakTrials(base, built, out, log), own)
+    known = stored_trials([own], names)
+    log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, stop at {confidence:.0%}, "
+        f"at most {max_trials} trials; trials in {out} (rerun the same command to resume); "
+        f"{len(known)} trial(s) of this bisection already on disk")
+    seen = {(t.stack, t.seed) for t in known}
+    for cache in related_caches(out, family, plan, keys):
+        more = [t for t in stored_trials([cache], names) if (t.stack, t.seed) not in seen]
+        if more:
+            log(f"  + {len(more)} trial(s) of the same plan from {cache.root} (seeds "
+                f"{min(t.seed for t in more)}..{max(t.seed for t in more)})")
+            known += more
+            seen |= {(t.stack, t.seed) for t in more}
+    result = bisect(cached, names, seed, confidence, max_trials, log, known)
+    atomic_write(out / "bisect.json", json.dumps(result.as_dict(), indent=1).encode())
     return result

@@ -8,7 +8,9 @@ Decision, sequential: two PairedSprt (stats) on the pairs, one for "B worse", on
 swapped for "A worse"; only discordant pairs (one arm failed, the other not) carry information.
 The first to accept its H1 decides; both accepting H0 is `no difference shown`. When neither
 decides within the trial budget, Fisher's exact test on the per-trial counts decides at the end
-(one fixed-size test after the sequential one; its p-value is shown). Per-signature comparison
+(one fixed-size test after the sequential one; its p-value is shown, and beside it the
+posterior P(B's rate > A's rate) under uniform priors, analysis.bayes.prob_greater: a number
+that reads as a probability, not a decision). Per-signature comparison
 beside the rates: a signature seen under B and never under A is news even at equal rates.
 
 A trial that cannot vouch for itself (workers that could not start: the probe refused the
@@ -27,6 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from stress.analysis.bayes import prob_greater
 from stress.analysis.stats import (
     Alternative,
     Decision,
@@ -48,6 +51,8 @@ ALPHA: float = 0.05  # false "B worse" (and false "A worse"), Wald's bound under
 BETA: float = 0.1  # a real difference of THETA1 missed
 MAX_PAIRS: int = 20  # the fixed design it replaces: 20 + 20 trials
 TRIALS_DIR: str = "trials"
+PLAN_FILE: str = "plan.json"  # in each plan's folder of trials: its family (the plan without
+#   the seed), so a bisect finds a compare's trials of the same plan (bisect.related_caches)
 _ROUNDING: float = 1e-9  # wilson() at k = 0 returns float noise (6e-17) for a lower bound of 0
 
 
@@ -96,11 +101,14 @@ class TrialRunner(Protocol):
 
 class TrialCache:
     """Trials on disk, one JSON file each, keyed by stack (its name and build key) and plan:
-    bisect reuses every trial already run and resumes after an interruption by reading them."""
+    bisect reuses every trial already run and resumes after an interruption by reading them.
+    `family` (the plan without its seed) is written next to them when given."""
 
-    def __init__(self, root: Path, plan_key: str, stack_keys: dict[str, str] | None = None):
+    def __init__(self, root: Path, plan_key: str, stack_keys: dict[str, str] | None = None,
+                 family: str = ""):
         self.root, self.plan_key = root, plan_key
         self.stack_keys = stack_keys or {}
+        self.family = family
 
     def path(self, stack: str, index: int) -> Path:
         key = self.stack_keys.get(stack, "")
@@ -114,9 +122,23 @@ class TrialCache:
         except (OSError, ValueError, TypeError):
             return None
 
+    def stored(self, stack: str) -> list[Trial]:
+        """Every trial on disk for this stack, by index."""
+        found = []
+        for p in sorted(self.path(stack, 0).parent.glob("trial-*.json")):
+            try:
+                found.append(Trial.from_dict(json.loads(p.read_text())))
+            except (OSError, ValueError, TypeError):
+                continue
+        return found
+
     def put(self, trial: Trial) -> None:
         atomic_write(self.path(trial.stack, trial.index),
                      json.dumps(trial.as_dict(), indent=1).encode())
+        plan_file = self.root / TRIALS_DIR / self.plan_key / PLAN_FILE
+        if self.family and not plan_file.exists():
+            atomic_write(plan_file, json.dumps({"plan": self.plan_key,
+                                                "family": self.family}).encode())
 
 
 class Cached:
@@ -226,7 +248,9 @@ def _finish(result: CompareResult, b_worse: PairedSprt, a_worse: PairedSprt,
     rb = independent_rate(sum(t.failed for t in tb), len(tb), "trial")
     if ta and tb:
         cmp = compare_rates(ra, rb)
-        result.rates = cmp.as_dict()
+        posterior = prob_greater(rb.failures, rb.units, ra.failures, ra.units)
+        result.rates = {**cmp.as_dict(), "posterior_b_worse": round(posterior, 4),
+                        "posterior_prior": "Beta(1, 1) on each rate, independent"}
         if not result.decided_by:
             result.decided_by = "fisher at the budget"
             if cmp.p_b_worse < alpha:
@@ -238,7 +262,8 @@ def _finish(result: CompareResult, b_worse: PairedSprt, a_worse: PairedSprt,
         if result.decided_by != "harness":
             result.reason = (f"A {_rate(ra)}; B {_rate(rb)}; difference "
                              f"{cmp.difference:+.2f} [{cmp.low:+.2f}, {cmp.high:+.2f}], "
-                             f"Fisher p(B worse) = {cmp.p_b_worse:.3g}")
+                             f"Fisher p(B worse) = {cmp.p_b_worse:.3g}, posterior "
+                             f"P(B worse) = {posterior:.1%} (uniform priors)")
     sigs_a = {s for t in ta for s in t.signatures}
     sigs_b = {s for t in tb for s in t.signatures}
     ids_a, ids_b = {i for i, _ in sigs_a}, {i for i, _ in sigs_b}
@@ -461,9 +486,18 @@ _ENGINE_FIELDS: tuple[str, ...] = ("engine", "command", "done_regex", "record") 
 
 
 def base_plan_key(base: Any, seed: int) -> str:
-    return plan_key({**{f: getattr(base, f) for f in _PLAN_FIELDS},
-                     **{f: getattr(base, f) for f in _ENGINE_FIELDS if hasattr(base, f)},
-                     "seed": seed})
+    return plan_key({**_plan_parts(base), "seed": seed})
+
+
+def family_key(base: Any) -> str:
+    """The plan without its seed: trials of one family under other seeds are more trials of
+    the same experiment (bisect counts a compare's trials of its stacks)."""
+    return plan_key({**_plan_parts(base), "family": True})
+
+
+def _plan_parts(base: Any) -> dict[str, Any]:
+    return {**{f: getattr(base, f) for f in _PLAN_FIELDS},
+            **{f: getattr(base, f) for f in _ENGINE_FIELDS if hasattr(base, f)}}
 
 
 def prepare(stacks_file: Path, names: Sequence[str], base: Any,
@@ -507,7 +541,7 @@ def run_compare(base: Any, stacks_file: Path, a: str, b: str, max_pairs: int,
     for name in (a, b):
         log(f"  {built[name].stack.describe()} -> {built[name].python}")
     runner = Cached(SoakTrials(base, built, out, log),
-                    TrialCache(out, base_plan_key(base, seed), keys))
+                    TrialCache(out, base_plan_key(base, seed), keys, family_key(base)))
     result = compare(runner, a, b, seed, max_pairs, log)
     atomic_write(out / "compare.json", json.dumps(result.as_dict(), indent=1).encode())
     return result
@@ -567,7 +601,7 @@ def run_grid(base: Any, stacks_file: Path, a: str, b: str, max_pairs: int,
     out = out_dir or Path("results") / f"grid-{a}-{b}-{time.strftime('%Y%m%d-%H%M%S')}"
     log(f"grid A={a} B={b}: crossed {ab.name}, {ba.name}; seed {seed}; trials in {out}")
     runner = Cached(SoakTrials(base, built, out, log),
-                    TrialCache(out, base_plan_key(base, seed), keys))
+                    TrialCache(out, base_plan_key(base, seed), keys, family_key(base)))
     results = compare_grid(runner, a, b, ab.name, ba.name, seed, max_pairs, log)
     atomic_write(out / "grid.json", json.dumps([r.as_dict() for r in results],
                                                indent=1).encode())

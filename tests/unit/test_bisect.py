@@ -1,28 +1,46 @@
-"""Noisy bisection (issue 11) on fake stacks: names the first bad one, resumes from cached
-trials, says inconclusive when an end or a midpoint does not behave."""
+"""Bayesian noisy bisection (issues 11, 27) on fake stacks: names the first bad one with its
+posterior, stops at the asked confidence, reports the top stacks when the budget is spent,
+resumes from cached trials counting every one, counts a compare's trials of its ends."""
 
 from __future__ import annotations
 
+import json
 import random
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from stress.cli import cli
-from stress.verdicts.bisect import Judgement, Outcome, bisect, render
+from stress.verdicts.bisect import (
+    MAX_TRIALS,
+    Evidence,
+    Outcome,
+    Stop,
+    bisect,
+    render,
+    stored_trials,
+)
 from stress.verdicts.compare import Cached, Trial, TrialCache
 
 
 class Stacks:
-    def __init__(self, rates: dict[str, float], seed: int = 1, stop_after: int | None = None):
+    """Each stack fails a trial with its rate; records every (stack, index, seed) run."""
+
+    def __init__(self, rates: dict[str, float], seed: int = 1, stop_after: int | None = None,
+                 harness: dict[str, str] | None = None):
         self.rates, self.rng = rates, random.Random(seed)
-        self.stop_after, self.ran = stop_after, 0
+        self.stop_after, self.harness = stop_after, harness or {}
+        self.calls: list[tuple[str, int, int]] = []
 
     def run(self, stack: str, index: int, seed: int) -> Trial:
-        if self.stop_after is not None and self.ran >= self.stop_after:
+        if self.stop_after is not None and len(self.calls) >= self.stop_after:
             raise KeyboardInterrupt  # the user's ^C midway
-        self.ran += 1
+        self.calls.append((stack, index, seed))
+        if stack in self.harness:
+            return Trial(stack, index, seed, False, harness=self.harness[stack])
         return Trial(stack, index, seed, self.rng.random() < self.rates[stack])
 
 
@@ -31,55 +49,129 @@ def line(n: int, first_bad: int, good: float = 0.0, bad: float = 0.5) -> dict[st
 
 
 @pytest.mark.parametrize("first_bad", [1, 5, 11, 15])
-def test_bisect_over_16_stacks_names_the_first_bad_one(first_bad: int) -> None:
+def test_bisect_over_16_stacks_names_the_first_bad_one_with_its_posterior(
+        first_bad: int) -> None:
     rates = line(16, first_bad)
     r = bisect(Stacks(rates, seed=first_bad), list(rates), seed=0)
-    assert r.outcome is Outcome.FOUND
-    assert r.first_bad == f"n{first_bad:02d}"
-    assert r.last_good == f"n{first_bad - 1:02d}"
-    assert 0.9 <= r.confidence < 1.0
-    assert "<- first bad" in render(r)
-    tested = [row for row in r.rows if row.judgement is not Judgement.UNTESTED]
-    assert len(tested) <= 2 + 4  # the ends, then log2(16) midpoints
+    assert r.outcome is Outcome.FOUND and r.outcome.exit_code == 0
+    assert r.first_bad == f"n{first_bad:02d}" and r.last_good == f"n{first_bad - 1:02d}"
+    assert r.confidence >= 0.95
+    shown = render(r)
+    assert f"posterior {r.confidence:.1%} (asked 95%) after {r.trials} trials" in shown
+    row = next(x for x in shown.splitlines() if x.strip().startswith(r.first_bad))
+    assert row.endswith("<- first bad") and f"{r.confidence:.1%}" in row
+    assert r.trials == sum(row.trials for row in r.rows)
 
 
-def test_an_interrupted_bisect_resumes_from_its_cached_trials(tmp_path: Path) -> None:
-    rates = line(16, 9)
-    names = list(rates)
-    cache = TrialCache(tmp_path, "plan")
-    with pytest.raises(KeyboardInterrupt):
-        bisect(Cached(Stacks(rates, stop_after=25), cache), names, seed=0)
-    resumed = Cached(Stacks(rates, seed=2), cache)
-    r = bisect(resumed, names, seed=0)
-    assert r.first_bad == "n09"
-    assert resumed.reused == 25  # every trial of the first attempt, none run twice
-    again = Cached(Stacks(rates, seed=3), cache)
-    assert bisect(again, names, seed=0).first_bad == "n09" and again.ran == 0
+def _tops(lines: list[str]) -> list[float]:
+    return [float(m.group(1)) / 100 for x in lines
+            if (m := re.search(r"; top n\d+ ([\d.]+)%", x))]
 
 
-def test_a_good_end_that_fails_is_inconclusive_and_says_so() -> None:
-    rates = line(8, 0)
-    r = bisect(Stacks(rates), list(rates), seed=0)
+@pytest.mark.parametrize("asked", [0.8, 0.95, 0.99])
+def test_bisect_stops_at_the_first_trial_that_reaches_the_asked_confidence(
+        asked: float) -> None:
+    rates = line(12, 7, good=0.02)
+    lines: list[str] = []
+    r = bisect(Stacks(rates, seed=3), list(rates), seed=0, confidence=asked,
+               on_progress=lines.append)
+    tops = _tops(lines)
+    assert r.stop is Stop.CONFIDENT and len(tops) == r.trials
+    # printed to 0.1%: the last line reaches it, none before passed it (not one trial more)
+    assert tops[-1] >= asked - 0.0005 and max(tops[:-1]) <= asked
+    assert r.confidence >= asked
+
+
+def test_a_higher_confidence_costs_more_trials_on_the_same_stacks() -> None:
+    rates = line(12, 7, good=0.02)
+    mean = {}
+    for asked in (0.8, 0.99):
+        runs = [bisect(Stacks(rates, seed=s), list(rates), seed=0, confidence=asked)
+                for s in range(8)]
+        mean[asked] = sum(r.trials for r in runs) / len(runs)
+    assert mean[0.8] < mean[0.99]
+
+
+def test_when_the_budget_is_spent_the_posteriors_top_stacks_are_reported() -> None:
+    rates = {f"n{i:02d}": 0.3 for i in range(10)}  # nothing changes: no stack stands out
+    r = bisect(Stacks(rates), list(rates), seed=0, max_trials=30)
     assert r.outcome is Outcome.INCONCLUSIVE and r.outcome.exit_code == 3
-    assert "the good end n00 is bad" in r.reason
+    assert r.stop is Stop.BUDGET and r.trials == 30 and r.first_bad == ""
+    assert len(r.top) >= 2 and r.top[0][1] < 0.95
+    assert [p for _, p in r.top] == sorted((p for _, p in r.top), reverse=True)
+    assert "the budget of 30 trials is spent with no stack at 95%" in r.reason
+    assert f"most likely first bad {r.top[0][0]} {r.top[0][1]:.1%}" in r.reason
 
 
-class OneInNine(Stacks):
-    """n03 fails trials 0, 9, 18, ...: a rate (11%) whose likelihood ratio between 2% and 30%
-    never leaves the SPRT's bounds."""
+def test_an_interrupted_bisect_resumes_counting_every_cached_trial(tmp_path: Path) -> None:
+    rates = line(16, 9, good=0.02)
+    names = list(rates)
+    cache = TrialCache(tmp_path, "plan", family="fam")
+    first = Stacks(rates, stop_after=25)
+    with pytest.raises(KeyboardInterrupt):
+        bisect(Cached(first, cache), names, seed=0)
+    on_disk = stored_trials([cache], names)
+    assert len(on_disk) == 25
+    again = Stacks(rates, seed=2)
+    resumed = Cached(again, cache)
+    r = bisect(resumed, names, seed=0, known=on_disk)
+    assert r.first_bad == "n09"
+    assert r.trials == 25 + resumed.ran  # every cached trial counts, each once
+    ran_before = {(s, i) for s, i, _ in first.calls}
+    assert not ran_before & {(s, i) for s, i, _ in again.calls}  # none run twice
+    third = Stacks(rates, seed=3)
+    done = bisect(Cached(third, cache), names, seed=0, known=stored_trials([cache], names))
+    assert done.first_bad == "n09" and third.calls == [] and done.trials == r.trials
+    # a bisect over part of the list counts every trial on disk of its stacks, not only
+    # those its own path would have asked for
+    part = names[4:13]
+    stored = len(stored_trials([cache], part))
+    fourth = Stacks(rates, seed=4)
+    sub = bisect(Cached(fourth, cache), part, seed=0, known=stored_trials([cache], part))
+    assert sub.first_bad == "n09" and sub.trials == stored + len(fourth.calls)
 
-    def run(self, stack: str, index: int, seed: int) -> Trial:
-        if stack == "n03":
-            return Trial(stack, index, seed, index % 9 == 0)
-        return super().run(stack, index, seed)
+
+def test_trials_of_another_seed_count_and_no_seed_is_run_twice() -> None:
+    rates = line(8, 5, good=0.0, bad=0.5)
+    rng = random.Random(5)
+    compared = [Trial(n, i, 100 + i, rng.random() < rates[n]) for n in ("n00", "n07")
+                for i in range(20)]
+    stacks = Stacks(rates, seed=4)
+    r = bisect(stacks, list(rates), seed=90, known=compared)  # seeds 90 + i would collide
+    by_stack = {row.name: row.trials for row in r.rows}
+    assert by_stack["n00"] >= 20 and by_stack["n07"] >= 20
+    assert r.trials == 40 + len(stacks.calls)
+    seeds = [(s, seed) for s, _, seed in stacks.calls]
+    assert len(set(seeds)) == len(seeds)
+    assert not {(t.stack, t.seed) for t in compared} & set(seeds)
 
 
-def test_a_midpoint_between_the_hypotheses_is_inconclusive_with_the_range() -> None:
-    rates = line(8, 6, bad=1.0)
-    r = bisect(OneInNine(rates), list(rates), seed=0, max_trials=30)
-    assert r.outcome is Outcome.INCONCLUSIVE
-    assert r.reason.startswith("n03 is undecided: undecided after 30 trials: 4/30")
-    assert "first bad stack lies in n01 .. n07" in r.reason
+def test_a_stacks_next_trial_never_repeats_a_seed_it_has_run() -> None:
+    ev = Evidence(["a", "b"])
+    for i in range(20):  # a compare's trials of "a": indices 0..19, seeds 100..119
+        assert ev.add(Trial("a", i, 100 + i, False))
+    assert not ev.add(Trial("a", 4, 104, True))  # the same trial found twice counts once
+    i = ev.next_index("a", 90)  # this bisect's seeds are 90 + i
+    assert 90 + i not in range(100, 120) and i not in range(20)
+    assert ev.next_index("b", 90) == 0
+
+
+def test_a_good_end_that_fails_like_the_rest_is_inconclusive_and_says_so() -> None:
+    names = [f"n{i}" for i in range(6)]
+    known = [Trial(n, i, i, i % 2 == 0) for n in names for i in range(80)]  # all fail 50%
+    r = bisect(Stacks(dict.fromkeys(names, 0.5)), names, seed=0, known=known,
+               max_trials=2000)
+    assert r.stop is Stop.GOOD_END_BAD and r.outcome.exit_code == 3
+    assert "the good end n0 fails like the stacks after it" in r.reason
+
+
+def test_a_stack_that_cannot_start_its_workers_stops_the_bisection() -> None:
+    rates = line(8, 4)
+    r = bisect(Stacks(rates, harness={n: "cannot start: no numpy" for n in rates}),
+               list(rates), seed=0)
+    assert r.stop is Stop.HARNESS and r.outcome is Outcome.INCONCLUSIVE
+    assert "cannot start: no numpy; posterior so far:" in r.reason
+    assert "not a result" in render(r)
 
 
 def test_bisect_wants_good_before_bad_in_the_file(tmp_path: Path) -> None:
@@ -88,3 +180,54 @@ def test_bisect_wants_good_before_bad_in_the_file(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["bisect", "--stacks", str(f), "--good", "b", "--bad", "a"],
                              standalone_mode=False)
     assert "must come before" in str(res.exception)
+
+
+class FakeSoakTrials:
+    """Stands in for compare.SoakTrials: stack nNN fails half its trials from n05 on."""
+
+    runs: list[tuple[str, int]] = []
+
+    def __init__(self, base: Any, built: Any, out: Path, log: Any = None):
+        self.rng = random.Random(7)
+
+    def run(self, stack: str, index: int, seed: int) -> Trial:
+        FakeSoakTrials.runs.append((stack, seed))
+        bad = int(stack[1:]) >= 5
+        return Trial(stack, index, seed, bad and self.rng.random() < 0.5)
+
+
+def test_a_bisect_after_a_compare_of_its_ends_counts_the_compares_trials(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stress.verdicts.compare as compare_mod
+
+    monkeypatch.setattr(compare_mod, "SoakTrials", FakeSoakTrials)
+    FakeSoakTrials.runs = []
+    f = tmp_path / "stacks.toml"
+    f.write_text("".join(f"[stacks.n{i:02d}]\n\n" for i in range(8)))
+    soak = ["--stacks", str(f), "-n", "3", "-t", "cpu"]
+    cmp = CliRunner().invoke(cli, ["compare", "n00", "n07", *soak, "--seed", "50",
+                                   "--results", str(tmp_path / "cmp")])
+    assert cmp.exit_code == 1, cmp.output  # B worse
+    compared = len(FakeSoakTrials.runs)
+    res = CliRunner().invoke(cli, ["bisect", "--good", "n00", "--bad", "n07", *soak,
+                                   "--results", str(tmp_path / "bis"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["first_bad"] == "n05"
+    bisected = FakeSoakTrials.runs[compared:]
+    assert out["ran"] == len(bisected) and out["from_disk"] == compared
+    assert out["trials"] == compared + len(bisected)
+    assert not set(FakeSoakTrials.runs[:compared]) & set(bisected)  # no seed run again
+    again = CliRunner().invoke(cli, ["bisect", "--good", "n00", "--bad", "n07", *soak,
+                                     "--results", str(tmp_path / "bis")])
+    assert len(FakeSoakTrials.runs) == compared + len(bisected)  # resumed: nothing ran
+    assert f"+ {compared} trial(s) of the same plan from {tmp_path / 'cmp'}" in again.output
+    assert f"at most {MAX_TRIALS} trials" in again.output  # the CLI's default is the module's
+
+
+def test_the_old_sprt_options_are_accepted_and_said_to_be_ignored(tmp_path: Path) -> None:
+    f = tmp_path / "stacks.toml"
+    f.write_text("[stacks.a]\n\n[stacks.b]\n")
+    res = CliRunner().invoke(cli, ["bisect", "--stacks", str(f), "--good", "b", "--bad", "a",
+                                   "--p-good", "0.02", "--p-bad", "0.3"])
+    assert "--p-good/--p-bad are ignored" in res.output

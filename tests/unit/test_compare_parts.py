@@ -75,6 +75,31 @@ def test_no_failures_on_either_side_is_no_difference_shown_at_the_budget() -> No
     assert "no difference shown" in render(r)
 
 
+@pytest.mark.parametrize(("rates", "seed"), [({"a": 0.0, "b": 0.5}, 1),
+                                              ({"a": 0.3, "b": 0.3}, 2),
+                                              ({"a": 0.5, "b": 0.1}, 3)])
+def test_the_posterior_of_b_worse_is_shown_beside_the_fisher_p(rates: dict[str, float],
+                                                               seed: int) -> None:
+    from stress.analysis.bayes import prob_greater
+
+    r = compare(Arms(rates, seed=seed), "a", "b", seed=0, max_pairs=8)
+    fa, fb = (sum(t.failed for t in r.arm(x)) for x in ("a", "b"))
+    want = prob_greater(fb, len(r.arm("b")), fa, len(r.arm("a")))
+    assert r.rates["posterior_b_worse"] == round(want, 4)
+    assert r.as_dict()["rates"]["posterior_prior"].startswith("Beta(1, 1)")
+    assert f"Fisher p(B worse) = {r.rates['p_b_worse']:.3g}, posterior P(B worse) = " \
+           f"{want:.1%} (uniform priors)" in render(r)
+
+
+def test_the_trial_cache_records_its_plan_family_for_a_later_bisect(tmp_path: Path) -> None:
+    cache = TrialCache(tmp_path, "plan1", {"a": "k1"}, family="fam1")
+    cache.put(Trial("a", 0, 7, True))
+    cache.put(Trial("a", 3, 10, False))
+    meta = json.loads((tmp_path / "trials" / "plan1" / "plan.json").read_text())
+    assert meta == {"plan": "plan1", "family": "fam1"}
+    assert [t.index for t in cache.stored("a")] == [0, 3]  # what bisect reads back
+
+
 def test_a_stack_that_cannot_start_its_workers_is_inconclusive_with_the_reason() -> None:
     arms = Arms({"a": 0.0, "b": 0.0},
                 harness={"b": "cannot start: No module named 'numpy'"})
