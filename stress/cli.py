@@ -386,8 +386,10 @@ def compare(**kw: Any) -> None:
 @click.option("--max-trials", type=click.IntRange(1), default=300, show_default=True,  # MAX_TRIALS
               help="Trials in all (those on disk included); then inconclusive, with the "
                    "posterior's top stacks.")
-@click.option("--p-good", type=float, hidden=True)  # the SPRT's hypotheses before issue 27:
-@click.option("--p-bad", type=float, hidden=True)  # accepted, ignored, said so
+@click.option("--p-good", type=float, hidden=True,  # the SPRT's hypotheses before issue 27
+              help="Ignored (said so): bisect learns the good side's failure rate.")
+@click.option("--p-bad", type=float, hidden=True,
+              help="Ignored (said so): bisect learns the bad side's failure rate.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No live state.")
 def bisect(**kw: Any) -> None:

@@ -19,6 +19,7 @@ import importlib.util
 import os
 import resource
 import shutil
+import signal
 import struct
 import sys
 import time
@@ -82,6 +83,23 @@ def prepare_child(parent_pid: int | None = None) -> None:
     procstate.prctl(_PR_SET_DUMPABLE, 1)
     if parent_pid is not None:
         procstate.allow_parent_ptrace(parent_pid)
+    _default_kill_signals()
+
+
+# The signals the harness kills and cores a process with. A shell's `nohup`, a CI runner or a
+# job launcher may leave them ignored or blocked, and both survive exec: the watchdog's SIGTERM
+# or a core kill's SIGQUIT would then do nothing, and a queued one would never count as fatal.
+_KILL_SIGNALS = (signal.SIGTERM, signal.SIGQUIT, signal.SIGABRT, signal.SIGHUP)
+
+
+def _default_kill_signals() -> None:
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _KILL_SIGNALS)
+        for sig in _KILL_SIGNALS:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                signal.signal(sig, signal.SIG_DFL)
+    except (OSError, ValueError):  # not the main thread: the dispositions stay as they were
+        pass
 
 
 def allow_core(pid: int) -> str:

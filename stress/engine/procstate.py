@@ -223,8 +223,27 @@ def is_dead(pid: int) -> bool:
     handled = parse_sigmask(fields.get("SigCgt", "0").strip()) | \
         parse_sigmask(fields.get("SigIgn", "0").strip()) | \
         parse_sigmask(fields.get("SigBlk", "0").strip())  # blocked: may never arrive
-    return any(n not in handled and n not in _DEFAULT_IGNORED and n not in _STOPPING
-               for n in pending)
+    if any(n not in handled and n not in _DEFAULT_IGNORED and n not in _STOPPING
+           for n in pending):
+        return True
+    # A fatal signal the kernel has already taken off the queue: the process is in its exit
+    # (the kernel's PF_EXITING), neither pending nor yet a zombie. Read after the status so
+    # that a signal dequeued between the two reads is still seen.
+    return _exit_under_way(pid)
+
+
+_PF_EXITING = 0x4  # include/linux/sched.h
+
+
+def _exit_under_way(pid: int) -> bool:
+    text = _read(Path(f"/proc/{pid}/stat"))
+    if text is None:
+        return True
+    fields = text[text.rindex(")") + 2:].split()
+    try:
+        return fields[0] in ("Z", "X") or int(fields[6]) & _PF_EXITING != 0  # field 9: flags
+    except (IndexError, ValueError):
+        return False
 
 
 def exiting(pid: int) -> bool:
@@ -235,7 +254,7 @@ def exiting(pid: int) -> bool:
         return True
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     return fields.get("State", "").strip()[:1] in ("Z", "X") or \
-        fields.get("CoreDumping", "0").strip() == "1"
+        fields.get("CoreDumping", "0").strip() == "1" or _exit_under_way(pid)
 
 
 def maps_library(pid: int, needles: Sequence[str]) -> str | None:

@@ -18,6 +18,8 @@ from stress.engine import callstacks, corekill, evidence, postmortem, procstate
 from stress.engine.callstacks import Debugger, Stacks, StackSource, ThreadStack
 
 SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
+BIG_EXIT = ("import os, sys\nheld = bytearray(1 << 30)\nfor i in range(0, len(held), 4096):\n"
+            "    held[i] = 1\nprint('up', flush=True)\nsys.stdin.readline()\nos._exit(3)\n")
 HANDLES_QUIT = ("import signal, time\nsignal.signal(signal.SIGQUIT, lambda *a: None)\n"
                 "print('up', flush=True)\ntime.sleep(60)\n")
 
@@ -59,15 +61,68 @@ def test_a_process_is_dead_once_a_fatal_signal_is_queued_or_it_is_a_zombie(
         tmp_path: Path) -> None:
     proc = child(tmp_path, SLEEPER)
     assert not procstate.is_dead(proc.pid)
-    os.kill(proc.pid, signal.SIGSTOP)  # stopped: a queued SIGTERM stays pending
+    os.kill(proc.pid, signal.SIGSTOP)
+    while (getattr(procstate.read_thread(proc.pid, proc.pid, details=False), "state", "")
+           != "T"):
+        time.sleep(0.001)
+    assert not procstate.is_dead(proc.pid)  # stopped is not dying
     try:
-        os.kill(proc.pid, signal.SIGTERM)
-        assert procstate.is_dead(proc.pid)
+        os.kill(proc.pid, signal.SIGTERM)  # stopped: an unhandled SIGTERM stays pending
+        seen = [procstate.is_dead(proc.pid) for _ in range(50)]
+        assert all(seen), f"alive after {seen.index(False)} reads"
     finally:
         os.kill(proc.pid, signal.SIGKILL)
-    while not procstate.is_dead(proc.pid):
-        time.sleep(0.01)
-    assert proc.wait() == -signal.SIGKILL
+    # From the kill on, every read says dead (pending, in its exit, or a zombie): never alive
+    # in the window between the signal leaving the queue and the zombie.
+    seen = []
+    while proc.poll() is None:
+        seen.append(procstate.is_dead(proc.pid))
+    assert all(seen)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_process_in_its_exit_is_dead_before_it_is_a_zombie(tmp_path: Path) -> None:
+    # os._exit with 1 GiB to give back: tens of ms in the kernel's exit with no signal pending
+    proc = subprocess.Popen([sys.executable, "-c", BIG_EXIT], cwd=tmp_path, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+    assert proc.stdin is not None and not procstate.is_dead(proc.pid)
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    reads: list[tuple[bool, str]] = []
+    while proc.poll() is None:
+        state = getattr(procstate.read_thread(proc.pid, proc.pid, details=False), "state", "")
+        reads.append((procstate.is_dead(proc.pid), state))
+    assert proc.returncode == 3
+    first = next(i for i, (dead, _) in enumerate(reads) if dead)
+    assert all(dead for dead, _ in reads[first:])
+    assert any(state not in ("Z", "X", "") for _, state in reads[first:]), \
+        "dead only once a zombie: the exit itself was not seen"
+
+
+def test_a_child_gets_the_kill_signals_back_that_its_launcher_ignored_or_blocked(
+        tmp_path: Path) -> None:
+    def launcher_then_prepare() -> None:  # as nohup or a CI runner would leave them
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGQUIT})
+        postmortem.prepare_child()
+
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPER], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, preexec_fn=launcher_then_prepare)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+        fields = dict(line.split(":", 1) for line in
+                      Path(f"/proc/{proc.pid}/status").read_text().splitlines() if ":" in line)
+        for name in ("SigIgn", "SigBlk"):
+            left = procstate.parse_sigmask(fields[name].strip()) & {
+                signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
+            assert not left, f"{name}: {left}"
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(10) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_cuda_gdb_is_told_apart_by_name_or_by_its_banner(tmp_path: Path) -> None:
