@@ -61,7 +61,8 @@ def test_a_native_crash_in_teardown_keeps_its_replay_and_repro_counts_each_fault
     fault = {"LD_PRELOAD": str(fault_lib), "IREE_FAULT_JOIN": "segv",
              "IREE_FAULT_JOIN_PROB": "0.4", "IREE_FAULT_JOIN_CALLER": "iree-run-module",
              "IREE_FAULT_COUNT_FILE": str(count)}
-    native_soak(run, "-n", "12", "--record", "--teardown-timeout", "5s", env=fault)
+    native_soak(run, "-n", "12", "--record", "--teardown-timeout", "5s", "--evidence-budget", "0",
+                env=fault)  # every crash in full: the evidence is what is checked
     fired = count.read_text().splitlines() if count.exists() else []
     db = sqlite3.connect(run / "stress.db")
     rows = list(db.execute("SELECT class, signal, last_step, artifacts FROM failures"))
