@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.errors import UsageError
-from stress.programs.cache import default_cache_dir
+from stress.fs import default_cache_dir
 from stress.soak import SoakOptions, native_tools, run_soak
 from stress.store.db import DB_NAME
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from stress.engine import callstacks, postmortem, procstate, telemetry
 from stress.engine.callstacks import Stacks, StackSource, ThreadStack, find_pyspy
-from stress.programs.cache import atomic_write
+from stress.fs import atomic_write
 
 if TYPE_CHECKING:
     from stress.engine.config import SoakConfig
