@@ -33,6 +33,7 @@ from stress.engine.jobs import Job
 from stress.engine.journal import Step
 from stress.engine.watchdog import Stuck
 from stress.engine.workermanage import LaunchSpec, Proc, State, WorkerHandle, signal_group
+from stress.keys import blank_numbers
 from stress.programs.program import Arg, Program
 
 EXEC_PATTERN: str = "exec"  # the one lifecycle "pattern" of exec jobs: the command itself
@@ -47,7 +48,6 @@ OUTPUT_KEY_LINES: int = 3  # last non-empty lines of output in a signature: enou
 #   "SIGSEGV after 'Tests passed'" from a failed assertion, few enough to stay stable
 _OUTPUT_KEY_LINE_CHARS: int = 160
 _CARRY_MAX: int = 4096  # a partial line kept between reads (a marker split across writes)
-_NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+(\.\d+)?(e-?\d+)?")
 _PATH = re.compile(r"(?:/[\w.+@-]+){2,}/?")
 
 
@@ -76,7 +76,7 @@ def program_name(argv: Sequence[str]) -> str:
 def normalize_line(line: str) -> str:
     """An output line with paths, addresses and numbers blanked: lines that differ only in a
     pid, a time or a temp folder read the same. Pure."""
-    return _NUMBER.sub("#", _PATH.sub("<path>", line.strip()))[:_OUTPUT_KEY_LINE_CHARS]
+    return blank_numbers(_PATH.sub("<path>", line.strip()))[:_OUTPUT_KEY_LINE_CHARS]
 
 
 def output_key(text: str, lines: int = OUTPUT_KEY_LINES) -> list[str]:
