@@ -2,7 +2,7 @@
 iree.compiler), a test binary under ctest, a helper tool. When one of them dies by a signal,
 the command usually only exits non-zero ("1 failed"): that death, not the exit, is the event.
 
-**Where their cores go.** The command runs with core dumps on (`execrunner.spawn` raises its
+**Where their cores go.** The command runs with core dumps on (`toolproc.spawn` raises its
 RLIMIT_CORE; every process it starts inherits the limit), and a relative `core_pattern` (`core`,
 the container default) makes the kernel write a core in the *crashing process's* working
 directory: the user's folder. Without root neither the pattern nor a process's cwd can be
