@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from stress.engine import children, procstate
+from stress.engine import children, kernellog
 from stress.engine.children import GroupWatch, core_name_globs
 from stress.engine.postmortem import read_core_notes
 from stress.engine.testlog import SignalDeath
@@ -33,9 +33,9 @@ def watch(tmp_path: Path, leader: int, pattern: str = "core", started: float = 0
                       started, (pattern, False), claimed)
 
 
-def klog(*lines: str) -> procstate.KernelLog:
+def klog(*lines: str) -> kernellog.KernelLog:
     """A kernel log read by dmesg (lines stamped in seconds since boot)."""
-    return procstate.KernelLog("dmesg", list(lines), None, 0.0)
+    return kernellog.KernelLog("dmesg", list(lines), None, 0.0)
 
 
 def test_core_names_follow_core_pattern_with_any_pid() -> None:

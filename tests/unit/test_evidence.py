@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stress.engine import callstacks, evidence, postmortem, procstate
+from stress.engine import callstacks, evidence, kernellog, postmortem, procstate
 from stress.engine.callstacks import StackSource
 from stress.engine.procstate import Activity, ThreadState
 
@@ -293,19 +293,19 @@ def test_kernel_log_keeps_gpu_and_fault_lines_since_the_start_plus_the_last_line
     stamped.insert(9, (206.5, "amdgpu 0000:03:00.0: ring gfx_0.0.0 timeout, signaled seq=1"))
     stamped.insert(12, (207.5, "INFO: task python:123 blocked for more than 120 seconds."))
 
-    lines = procstate.select_lines(stamped, since_wall=199.0, max_lines=200)
+    lines = kernellog.select_lines(stamped, since_wall=199.0, max_lines=200)
 
     assert "NVRM: Xid 79, GPU has fallen off the bus (before the run)" not in lines
     assert lines[:3] == ["NVRM: Xid (PCI:0000:1b:00): 13, Graphics Exception",
                          "amdgpu 0000:03:00.0: ring gfx_0.0.0 timeout, signaled seq=1",
                          "INFO: task python:123 blocked for more than 120 seconds."]
     assert lines[3:] == [f"eth0: link chatter {i}" for i in range(20, 30)]
-    assert procstate.select_lines(stamped, 199.0, max_lines=4)[0] == "eth0: link chatter 26"
+    assert kernellog.select_lines(stamped, 199.0, max_lines=4)[0] == "eth0: link chatter 26"
 
 
 def test_the_kernel_log_keeps_nothing_older_than_the_start_or_says_why_it_is_unreadable(
         ) -> None:
-    log = procstate.kernel_log_tail(since_wall=4e9)  # the future: nothing logged since
+    log = kernellog.kernel_log_tail(since_wall=4e9)  # the future: nothing logged since
 
     if log.source is None:
         assert log.note and log.text.startswith("# kernel log not readable: ")
