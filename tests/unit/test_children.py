@@ -12,17 +12,7 @@ from stress.engine import children, kernellog
 from stress.engine.children import GroupWatch, core_name_globs
 from stress.engine.postmortem import read_core_notes
 from stress.engine.testlog import SignalDeath
-from tests.unit.test_evidence import fake_core
-
-
-def dead_pids(n: int) -> list[int]:
-    """Pids of processes that ran and were reaped (dead, not yet reused)."""
-    out = []
-    for _ in range(n):
-        p = subprocess.Popen(["true"])
-        p.wait()
-        out.append(p.pid)
-    return out
+from tests.helpers.procs import dead_pids, fake_core
 
 
 def watch(tmp_path: Path, leader: int, pattern: str = "core", started: float = 0.0,
