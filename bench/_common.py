@@ -100,8 +100,9 @@ def artifact(program: str, args: Any) -> Path:
 
 
 def vmfb(program: str, target: str = "cpu") -> Path:
+    from stress.fs import default_cache_dir
     from stress.programs import corpus, targets
-    from stress.programs.cache import ArtifactCache, default_cache_dir
+    from stress.programs.cache import ArtifactCache
 
     cache = ArtifactCache(default_cache_dir())
     return cache.get_or_compile(corpus.by_name()[program], targets.parse(target)).path

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import header  # noqa: E402
 
-from stress.programs.cache import default_cache_dir  # noqa: E402
+from stress.fs import default_cache_dir  # noqa: E402
 from stress.soak import SoakOptions  # noqa: E402
 from stress.verdicts.compare import Verdict, run_compare  # noqa: E402
 

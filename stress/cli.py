@@ -239,7 +239,7 @@ def report(run_dirs: tuple[Path, ...], fmt: str, output: Path | None,
     from stress.analysis import html
     from stress.analysis import junit as junit_mod
     from stress.analysis import report as report_mod
-    from stress.programs.cache import atomic_write
+    from stress.fs import atomic_write
 
     r = report_mod.build(list(run_dirs), known_files)
     renderers: dict[str, Callable[[report_mod.Report], str]] = {
@@ -289,7 +289,7 @@ def gate(**kw: Any) -> None:
     See docs/ci.md."""
     import os
 
-    from stress.programs.cache import atomic_write
+    from stress.fs import atomic_write
     from stress.verdicts import gate as gate_mod
     from stress.verdicts import gate_outputs
 

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from stress.fs import ENV_CACHE_DIR, default_cache_dir
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
@@ -105,14 +107,11 @@ def programs_option(f: F) -> F:
 
 
 def _default_cache_dir() -> str:
-    from stress.programs.cache import default_cache_dir  # (late: it imports numpy, and the
-    #   CLI must say something within a second of its start)
-
     return str(default_cache_dir())
 
 
 def cache_option(f: F) -> F:
-    return click.option("--cache-dir", type=click.Path(file_okay=False), envvar="IREE_STRESS_CACHE",
+    return click.option("--cache-dir", type=click.Path(file_okay=False), envvar=ENV_CACHE_DIR,
                         show_envvar=True, default=_default_cache_dir,
                         show_default="~/.cache/iree-stress",
                         help="Content-addressed artifact cache.")(f)

@@ -6,7 +6,6 @@ The reruns are a run of their own under the failure folder (FAILURE_DIR/repro-TI
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 import time
 from dataclasses import dataclass, field
@@ -14,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from stress.errors import UsageError
-from stress.programs.cache import default_cache_dir
+from stress.fs import default_cache_dir
 from stress.soak import SoakOptions, native_tools, run_soak
+from stress.store import readers
 from stress.store.db import DB_NAME
 
 _STORE_LEVELS: int = 3  # FAILURE_DIR/../.. is the run folder; a resumed run's is one more up
@@ -76,19 +76,9 @@ def _same_folder(recorded: str | None, folder: Path) -> bool:
 def run_config(root: Path, folder: Path) -> dict[str, Any]:
     """The config of the run that recorded the failure of `folder` (a folder's store may hold
     several: resumed or merged runs), else its first run's."""
-    db = sqlite3.connect(f"file:{root / DB_NAME}?mode=ro", uri=True)
-    try:
-        rows = db.execute("SELECT run_id, artifacts FROM failures WHERE artifacts IS NOT NULL"
-                          ).fetchall()
-        run_id = next((r for r, a in rows if _same_folder(a, folder)), None)
-        row = db.execute("SELECT config FROM runs WHERE run_id = ?", (run_id,)).fetchone() \
-            if run_id is not None else None
-        row = row or db.execute("SELECT config FROM runs ORDER BY started_at LIMIT 1").fetchone()
-    finally:
-        db.close()
-    if row is None:
+    config = readers.run_config(root, lambda recorded: _same_folder(recorded, folder))
+    if config is None:
         raise UsageError(f"{root} holds no run")
-    config: dict[str, Any] = json.loads(row[0])
     return config
 
 
@@ -161,16 +151,7 @@ def repro(folder: Path, times: int, replay_device: str | None = None, *,
     out = opts.results
     assert out is not None
     run_soak(opts)
-    db = sqlite3.connect(out / DB_NAME)
-    try:
-        jobs = {r[0] for r in db.execute("SELECT job_index FROM jobs")}
-        failing = {r[0] for r in db.execute("SELECT job_index FROM failures WHERE class = ?",
-                                            (meta["class"],))}
-        jobs |= {r[0] for r in db.execute("SELECT job_index FROM failures")}
-    finally:
-        db.close()
-    jobs.discard(None)
-    failing.discard(None)
+    jobs, failing = readers.job_outcomes(out, meta["class"])
     low, high = wilson(len(failing), len(jobs))
     result = ReproResult(folder, meta["class"], len(jobs), len(failing), low, high, out,
                          original_signature(root, folder))

@@ -10,8 +10,8 @@ from collections import defaultdict
 from typing import Any
 
 from stress.analysis.report import Report
-from stress.analysis.signatures import message_key
 from stress.analysis.text import failure_counts
+from stress.keys import message_key
 
 _ERROR_CLASSES = {"crash", "hang", "teardown_hang", "error"}  # <error>; miscompare: <failure>
 

@@ -38,6 +38,7 @@ from stress.analysis.known import KnownFailure
 from stress.analysis.rundata import RunData
 from stress.analysis.stacks import Frame, StackDump, StackTool, read_folder
 from stress.analysis.stats import Rate
+from stress.keys import blank_numbers, message_key
 
 SIGLISTS: Path = Path(__file__).with_name("siglists")
 TOP_FRAMES: int = 3  # meaningful frames in a key: Socorro's signatures average 2-4 frames
@@ -233,17 +234,6 @@ def thread_state(row: dict[str, Any]) -> str:
 
 
 # --- keys ------------------------------------------------------------------------------------
-
-_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+(\.\d+)?(e-?\d+)?")
-MESSAGE_KEY_CHARS: int = 120  # as the engine's failure_counts keys, so both sides join
-
-
-def message_key(message: str) -> str:
-    """A message's first line with numbers and addresses blanked (idempotent: applied to an
-    already blanked key it returns it unchanged, so old and new stores join)."""
-    head = message.strip().splitlines()[0] if message.strip() else ""
-    return _NUMBERS.sub("#", head)[:MESSAGE_KEY_CHARS]
-
 
 OUTPUT_KEY_JOIN: str = " / "  # between an exec job's last output lines in a key (one line)
 
@@ -526,7 +516,7 @@ class Signature:
                 lines.add(first)
                 if len(lines) > limit:
                     return ()
-        return tuple(sorted(self.key.with_message(_NUMBERS.sub("#", x)) for x in lines))
+        return tuple(sorted(self.key.with_message(blank_numbers(x)) for x in lines))
 
     @property
     def exposure(self) -> exp.Exposure:

@@ -27,7 +27,7 @@ from stress.engine.forkserver import EXIT_CHILD_SETUP
 from stress.engine.journal import Step
 from stress.engine.watchdog import STARTUP_STEP, Stuck
 from stress.engine.workermanage import WorkerHandle, kill_groups, signal_group
-from stress.programs.cache import atomic_write
+from stress.fs import atomic_write
 from stress.vocab import FailureClass, signal_name
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 iree.compiler), a test binary under ctest, a helper tool. When one of them dies by a signal,
 the command usually only exits non-zero ("1 failed"): that death, not the exit, is the event.
 
-**Where their cores go.** The command runs with core dumps on (`execrunner.spawn` raises its
+**Where their cores go.** The command runs with core dumps on (`toolproc.spawn` raises its
 RLIMIT_CORE; every process it starts inherits the limit), and a relative `core_pattern` (`core`,
 the container default) makes the kernel write a core in the *crashing process's* working
 directory: the user's folder. Without root neither the pattern nor a process's cwd can be
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stress.engine import postmortem, procstate
+from stress.engine import kernellog, postmortem, procstate
 from stress.engine.testlog import SignalDeath
 from stress.vocab import FailureClass
 
@@ -277,7 +277,7 @@ class GroupWatch:
                         found.append(path)
         self.sweep(final=True, paths=found)
 
-    def crashed(self, deaths: list[SignalDeath], kernel: procstate.KernelLog | None = None
+    def crashed(self, deaths: list[SignalDeath], kernel: kernellog.KernelLog | None = None
                 ) -> ChildCrash | None:
         """The process of the group that died by a signal (module doc), or None. `deaths`:
         what the output says; `kernel`: the kernel log since the job started (None: read
@@ -286,7 +286,7 @@ class GroupWatch:
         hits: list[tuple[str, int, str, str]] = []
         if not self.cores:
             if kernel is None:
-                kernel = procstate.kernel_log_tail(self.started_wall)
+                kernel = kernellog.kernel_log_tail(self.started_wall)
             hits = self._kernel_hits(kernel.stamped(), deaths)
             if deaths or hits:
                 self.search_tree()

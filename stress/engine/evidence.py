@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stress.engine import callstacks, postmortem, procstate, telemetry
+from stress.engine import callstacks, kernellog, postmortem, procstate, telemetry
 from stress.engine.callstacks import Stacks, StackSource, ThreadStack, find_pyspy
-from stress.programs.cache import atomic_write
+from stress.fs import atomic_write
 
 if TYPE_CHECKING:
     from stress.engine.config import SoakConfig
@@ -276,7 +276,7 @@ class HangEvidence:
 
     processes: dict[int, ProcessEvidence]
     telemetry: dict[str, Any]
-    kernel_log: procstate.KernelLog
+    kernel_log: kernellog.KernelLog
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -305,14 +305,14 @@ def collect_many(pids: Sequence[int], *, stderr_paths: Mapping[int, Path] | None
     t0 = time.monotonic()
     paths = stderr_paths or {}
     snap: dict[str, Any] = {}
-    klog: list[procstate.KernelLog] = []
+    klog: list[kernellog.KernelLog] = []
     since = since_wall if since_wall is not None else time.time() - _KERNEL_LOG_LOOKBACK_S
 
     def read_telemetry() -> None:
         if backend is not None:
             snap.update(telemetry.snapshot(backend))
 
-    side = [threading.Thread(target=lambda: klog.append(procstate.kernel_log_tail(since)),
+    side = [threading.Thread(target=lambda: klog.append(kernellog.kernel_log_tail(since)),
                              name="evidence-kernel-log", daemon=True),
             threading.Thread(target=read_telemetry, name="evidence-telemetry", daemon=True)]
     for th in side:
@@ -342,7 +342,7 @@ def collect_many(pids: Sequence[int], *, stderr_paths: Mapping[int, Path] | None
     side_deadline = t0 + telemetry.SNAPSHOT_TIMEOUT_S + 5.0  # both reads are bounded below it
     for th in side:
         th.join(timeout=max(0.0, side_deadline - time.monotonic()))
-    kernel = klog[0] if klog else procstate.KernelLog(None, [], "kernel log read timed out",
+    kernel = klog[0] if klog else kernellog.KernelLog(None, [], "kernel log read timed out",
                                                       since)
     if backend is not None and not snap:
         snap = {"backend": backend, "error": "telemetry snapshot did not finish"}
@@ -358,7 +358,7 @@ class CrashEvidence:
     """A dead process's evidence: its post-mortem stacks and the kernel log."""
 
     stacks: Stacks
-    kernel_log: procstate.KernelLog
+    kernel_log: kernellog.KernelLog
     seconds: float = 0.0
 
     def summary(self) -> dict[str, Any]:
@@ -383,7 +383,7 @@ def collect_crash(pid: int, exe: str, core_dir: Path, stderr_text: str, *,
     since = since_wall if since_wall is not None else time.time() - _KERNEL_LOG_LOOKBACK_S
     stacks = postmortem.native_stacks(pid, exe, core_dir, stderr_text, timeout_s,
                                       keep=keep_core, since_wall=since, tids=tids)
-    kernel = procstate.kernel_log_tail(since)
+    kernel = kernellog.kernel_log_tail(since)
     return CrashEvidence(stacks, kernel, time.monotonic() - t0)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stress.engine.journal import SlotWriter, Step
+from stress.keys import message_key
 from stress.programs import dtypes
 from stress.programs.program import Program, Role
 
@@ -67,15 +68,6 @@ class FailureNote:
 
     def key(self) -> str:
         return f"{self.cls}|{self.step}|{message_key(self.message)}"
-
-
-def message_key(message: str) -> str:
-    """A message with its numbers and addresses blanked: errors that differ only in values
-    group together."""
-    import re
-
-    head = message.strip().splitlines()[0] if message.strip() else ""
-    return re.sub(r"0x[0-9a-fA-F]+|\d+(\.\d+)?(e-?\d+)?", "#", head)[:120]
 
 
 WINDOW_STEPS: int = 24  # journal records of the failing thread kept with each failure note

@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 
 from stress.engine import postmortem, replay
-from stress.engine.execrunner import CoreLimit, Slots, exit_fd, spawn_fast
 from stress.engine.invocation import FailureNote, JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import Step
+from stress.engine.toolproc import CoreLimit, Slots, exit_fd, is_elf, spawn_fast
 from stress.engine.watchdog import Stuck
 from stress.engine.workermanage import LaunchSpec, Proc, WorkerHandle
 from stress.programs import dtypes
@@ -92,14 +92,6 @@ def tool_facts(tools: NativeTools) -> dict[str, Any]:
     return facts
 
 
-def _is_elf(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"\x7fELF"
-    except OSError:
-        return False
-
-
 def find_tools(python: str) -> NativeTools:
     """The tools of the stack whose interpreter is `python`: the binaries in its iree
     package's `_runtime_libs` folder (a venv's `bin/iree-run-module` is a Python script that
@@ -116,10 +108,10 @@ def find_tools(python: str) -> NativeTools:
             found = [Path(run.stdout.strip())]
     for folder in [*found, Path(python).parent]:
         looked.append(str(folder))
-        if _is_elf(folder / _TOOLS["run"]):
+        if is_elf(folder / _TOOLS["run"]):
             return NativeTools(folder)
     which = shutil.which(_TOOLS["run"])
-    if which and _is_elf(Path(which)):
+    if which and is_elf(Path(which)):
         return NativeTools(Path(which).parent)
     raise ToolsMissing(f"no {_TOOLS['run']} binary in {', '.join(looked)} or on PATH "
                        "(install iree-base-runtime in that interpreter's environment)")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stress.engine import procstate
+from stress.engine import kernellog, procstate
 from stress.engine.callstacks import (
     Stacks,
     StackSource,
@@ -457,7 +457,7 @@ def _read_core(core: Path, exe: str, crashed: int | None, left: Callable[[], flo
 def _from_kernel_log(pid: int, tids: Collection[int], crashed: int | None,
                      since_wall: float | None, notes_text: list[str]) -> Stacks | None:
     since = since_wall if since_wall is not None else time.time() - 60.0
-    log = procstate.kernel_log_tail(since)
+    log = kernellog.kernel_log_tail(since)
     if log.source is None:
         notes_text.append(f"kernel log: {log.note}")
         return None

@@ -42,7 +42,7 @@ from stress.engine.phases import Phases
 from stress.engine.progress import Progress
 from stress.engine.records import Records
 from stress.engine.workermanage import LaunchSpec, Runner, SpawnRunner, State, WorkerHandle
-from stress.programs.cache import atomic_write
+from stress.fs import atomic_write
 from stress.vocab import FailureClass, signal_name
 
 _TICK_S: float = 0.05  # crash noticed within one tick (+ the pipe EOF wakes us at once)

@@ -80,7 +80,7 @@ class WorkerHandle:
     expected_rc: int = 0  # a clean end (exit-sigterm jobs end by SIGTERM on purpose)
     facts_worker: bool = False  # asked to report the runtime facts
     eof: bool = False  # its message pipe is closed: leave it out of select()
-    messages: bool = True  # False: msg_fd is an exit fd (execrunner.exit_fd), never read (a
+    messages: bool = True  # False: msg_fd is an exit fd (toolproc.exit_fd), never read (a
     #   failed read of a pidfd raised an OSError per process: ~5% of the parent's time)
     batch: int | None = None  # exit-family wave this process belongs to
     # Runners of processes without our journal or message pipe (native tools, a user's

@@ -18,56 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from stress.errors import UsageError
+from stress.fs import atomic_write, new_file_mode
 from stress.programs import compiler
 from stress.programs.program import Program
 from stress.programs.targets import Target
 from stress.ui import Status, duration_text, eta
 
-ENV_CACHE_DIR = "IREE_STRESS_CACHE"
 _STATUS_WAKE_S: float = 0.5  # how often a compile's status line may move while none finishes
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get(ENV_CACHE_DIR)
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "iree-stress"
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it (os.umask sets it, and another thread
-    creating a file meanwhile would get the wrong mode); from /proc, else set and put back."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Writes `data` to `path` so that readers see the old file or the whole new one, with
-    the mode any new file gets (0666 less the umask: group- and world-readable under the usual
-    022; mkstemp's own 0600 hid summaries and evidence from CI artifact uploads and from the
-    other users of a shared results folder)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 @dataclass
@@ -166,7 +123,7 @@ class ArtifactCache:
             meta = {"program": program.name, "target": target.name, "argv": argv,
                     "compiler": self.info.version}
             atomic_write(out.with_suffix(".json"), json.dumps(meta, indent=1).encode())
-            os.chmod(tmp, 0o666 & ~_umask())  # (mkstemp made it 0600)
+            os.chmod(tmp, new_file_mode())  # (mkstemp made it 0600)
             os.replace(tmp, out)
         finally:
             if os.path.exists(tmp):

@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from stress.programs.cache import atomic_write
+from stress.fs import atomic_write
 from stress.store import counts
 from stress.store.db import DB_NAME, connect
 

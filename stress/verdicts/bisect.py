@@ -290,7 +290,7 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
     (default: results/bisect-PLAN, the same for the same command): rerunning the command
     after an interruption resumes."""
     from stress.errors import UsageError
-    from stress.programs.cache import atomic_write
+    from stress.fs import atomic_write
     from stress.verdicts import stacks
     from stress.verdicts.compare import (
         Cached,

@@ -42,7 +42,7 @@ from stress.analysis.stats import (
     independent_rate,
 )
 from stress.errors import UsageError
-from stress.programs.cache import atomic_write
+from stress.fs import atomic_write
 
 THETA1: float = 0.8  # H1 of the paired test: B fails alone in 80% of discordant pairs. 0.75
 #   needs 8 discordant pairs to decide (~32 trials at a 50% flake), 0.8 needs 7, and still

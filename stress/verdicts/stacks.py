@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.errors import UsageError
-from stress.programs.cache import atomic_write
+from stress.fs import atomic_write
 from stress.ui import Status, duration_text
 
 if sys.version_info >= (3, 11):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stress.programs.cache import default_cache_dir
+from stress.fs import default_cache_dir
 
 pytestmark = pytest.mark.system
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stress.engine import evidence, postmortem, procstate
+from stress.engine import evidence, kernellog, postmortem, procstate
 from stress.engine.callstacks import StackSource
 from stress.engine.procstate import Activity
 from tests.conftest import REPO
@@ -197,7 +197,7 @@ def test_without_a_core_the_kernel_segfault_line_names_the_library(fault_lib: Pa
     stacks = postmortem.native_stacks(pid, sys.executable, tmp_path, err, since_wall=start)
 
     if stacks.tool is not StackSource.KERNEL_LOG:
-        log = procstate.kernel_log_tail(start)
+        log = kernellog.kernel_log_tail(start)
         if log.source is None:
             pytest.skip(f"kernel log not readable: {log.note}")
         if any("callbacks suppressed" in line for line in log.lines):

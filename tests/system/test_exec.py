@@ -15,22 +15,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli
+from tests.helpers.native import build_flaky
 
 pytestmark = pytest.mark.system
 
 _CRASH_PCT, _HANG_PCT = 30, 30  # the program's own rule (tests/native/flaky.c)
-
-
-def build_flaky(folder: Path) -> Path:
-    """tests/native/flaky.c built into `folder` (skips the test without a C compiler)."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    out = folder / "flaky"
-    subprocess.run([cc, "-O0", "-g", "-pthread", "-o", str(out),
-                    str(REPO / "tests" / "native" / "flaky.c")], check=True)
-    return out
 
 
 @pytest.fixture(scope="module")

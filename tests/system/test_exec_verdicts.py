@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.system.test_exec import build_flaky
+from tests.helpers.native import build_flaky
 
 pytestmark = pytest.mark.system
 

@@ -17,6 +17,7 @@ import pytest
 from stress.engine.journal import JournalReader, Step
 from stress.store import db
 from tests.conftest import REPO, TEST_CACHE, run_cli
+from tests.helpers.waits import stored_jobs, wait_until
 
 pytestmark = pytest.mark.system
 
@@ -129,10 +130,8 @@ def test_an_interrupted_run_without_failures_is_inconclusive_exit_3(
                              "--duration", "60s", "--workers", "2", "--programs", PROGRAMS,
                              "--results", str(run), "-q"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not list((run / "journal").glob("*.bin")):
-        time.sleep(0.2)
-    time.sleep(2)
+    # interrupted mid-soak: once the session has stored a finished job
+    assert wait_until(lambda: stored_jobs(run) >= 1, 90), "no job stored within 90 s"
     proc.send_signal(signal.SIGINT)
     time.sleep(0.05)
     proc.send_signal(signal.SIGINT)  # a second Ctrl-C while it shuts down: still no traceback
@@ -209,7 +208,7 @@ def test_a_sigkilled_parent_leaves_no_worker_and_a_store_with_every_job_older_th
                              "--results", str(run), "-q"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and _stored_jobs(run) < 20:
+    while time.monotonic() < deadline and stored_jobs(run) < 20:
         time.sleep(0.1)
     # the journals are rings (a slot keeps its last ~80 invocations): read them every 50 ms
     # until the kill, so that every job end is seen before it is overwritten
@@ -240,17 +239,6 @@ def test_a_sigkilled_parent_leaves_no_worker_and_a_store_with_every_job_older_th
     assert due <= stored, f"{len(due - stored)} of {len(due)} jobs older than 1 s are missing"
     rep = run_cli("report", str(run), "--format", "json")
     assert rep.rc in (0, 1) and rep.json()["runs"][0]["jobs"] >= len(due)
-
-
-def _stored_jobs(run: Path) -> int:
-    try:
-        conn = db.connect(run / db.DB_NAME, readonly=True)
-        try:
-            return int(conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
-        finally:
-            conn.close()
-    except Exception:  # not created yet
-        return 0
 
 
 def _alive(pid: int) -> bool:

@@ -168,7 +168,7 @@ def test_known_failures_are_drawn_muted_on_the_gpu_time_line(tmp_path: Path) -> 
     names: its tick is grey, not the red of a new failure (the H200 plot was red end to end
     with known cuda context errors)."""
     from stress.analysis import html, report
-    from tests.unit.test_telemetry_timeline import store_run
+    from tests.helpers.runs import store_run
 
     run = tmp_path / "run"
     run.mkdir()

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.system.test_exec import build_flaky
+from tests.helpers.native import build_flaky
 
 pytestmark = pytest.mark.system
 

@@ -193,9 +193,9 @@ def test_workers_started_after_the_package_changed_still_run_the_parents_code(
     import shutil
     import subprocess
     import sys
-    import time
 
     from tests.conftest import TEST_CACHE
+    from tests.helpers.waits import stored_jobs, wait_until
 
     root = tmp_path / "pkg"
     shutil.copytree(REPO / "stress", root / "stress",
@@ -207,11 +207,10 @@ def test_workers_started_after_the_package_changed_still_run_the_parents_code(
          "--duration", "6s", "--json", "-q", "--results", str(run)],
         cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "IREE_STRESS_CACHE": str(TEST_CACHE), "PYTHONPATH": str(root)})
-    deadline = time.monotonic() + 60
-    while not (run / "stress.db").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.5)
-    (root / "stress" / "engine" / "procstate.py").unlink()  # the update lands mid-run
+    # the update lands mid-run: once workers started from the run's copy have stored a job
+    assert wait_until(lambda: (run / "worker-path" / "stress").is_dir() and
+                      stored_jobs(run) >= 1, 60), "no job stored within 60 s"
+    (root / "stress" / "engine" / "procstate.py").unlink()
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     s = json.loads(out)

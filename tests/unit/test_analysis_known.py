@@ -78,7 +78,8 @@ CUDA_MESSAGES = [
 @pytest.mark.parametrize(("step", "message"), CUDA_MESSAGES)
 def test_a_pattern_matches_words_past_the_part_of_the_message_a_key_keeps(
         step: str, message: str) -> None:
-    from stress.analysis.signatures import Signature, SignatureKey, message_key
+    from stress.analysis.signatures import Signature, SignatureKey
+    from stress.keys import message_key
 
     key = SignatureKey("error", None, step, "", (), message_key(message))
     assert "CUDA_ERROR_INVALID_CONTEXT" not in key.text()  # what made the known file miss
@@ -110,7 +111,8 @@ def test_a_crash_is_not_made_known_by_words_of_the_harness_line_about_it() -> No
 
 
 def test_the_cuda_known_file_in_docs_names_both_h200_errors() -> None:
-    from stress.analysis.signatures import Signature, SignatureKey, message_key
+    from stress.analysis.signatures import Signature, SignatureKey
+    from stress.keys import message_key
 
     k = known.load(Path(__file__).resolve().parents[2] / "docs" / "findings" / "known-cuda.toml")
     for step, message in CUDA_MESSAGES:

@@ -69,12 +69,12 @@ def test_a_core_that_names_another_thread_than_the_journal_blamed_is_said_in_the
     from concurrent.futures import Future
     from types import SimpleNamespace
 
-    from stress.engine import evidence, procstate
+    from stress.engine import evidence, kernellog
 
     stacks = Stacks(StackSource.CORE_GDB, "", crashed_tid=2222,
                     threads=[ThreadStack(2222, None, ["boom"])], signal=11)
     fut: Future[evidence.CrashEvidence] = Future()
-    fut.set_result(evidence.CrashEvidence(stacks, procstate.KernelLog(None)))
+    fut.set_result(evidence.CrashEvidence(stacks, kernellog.KernelLog(None)))
     updates: list[tuple[int, dict[str, object], int | None]] = []
     store = SimpleNamespace(update_failure=lambda row, ev, tid: updates.append((row, ev, tid)))
     folder = tmp_path / "f"

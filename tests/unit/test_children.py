@@ -8,21 +8,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from stress.engine import children, procstate
+from stress.engine import children, kernellog
 from stress.engine.children import GroupWatch, core_name_globs
 from stress.engine.postmortem import read_core_notes
 from stress.engine.testlog import SignalDeath
-from tests.unit.test_evidence import fake_core
-
-
-def dead_pids(n: int) -> list[int]:
-    """Pids of processes that ran and were reaped (dead, not yet reused)."""
-    out = []
-    for _ in range(n):
-        p = subprocess.Popen(["true"])
-        p.wait()
-        out.append(p.pid)
-    return out
+from tests.helpers.procs import dead_pids, fake_core
 
 
 def watch(tmp_path: Path, leader: int, pattern: str = "core", started: float = 0.0,
@@ -33,9 +23,9 @@ def watch(tmp_path: Path, leader: int, pattern: str = "core", started: float = 0
                       started, (pattern, False), claimed)
 
 
-def klog(*lines: str) -> procstate.KernelLog:
+def klog(*lines: str) -> kernellog.KernelLog:
     """A kernel log read by dmesg (lines stamped in seconds since boot)."""
-    return procstate.KernelLog("dmesg", list(lines), None, 0.0)
+    return kernellog.KernelLog("dmesg", list(lines), None, 0.0)
 
 
 def test_core_names_follow_core_pattern_with_any_pid() -> None:

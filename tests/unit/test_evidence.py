@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import os
 import resource
-import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from stress.engine import callstacks, evidence, postmortem, procstate
+from stress.engine import callstacks, evidence, kernellog, postmortem, procstate
 from stress.engine.callstacks import StackSource
 from stress.engine.procstate import Activity, ThreadState
+from tests.helpers.procs import fake_core
 
 
 # ---- the worker side ----------------------------------------------------------------------
@@ -86,41 +86,6 @@ def test_glob_characters_in_the_worker_folder_are_matched_literally(tmp_path: Pa
 
 
 # ---- the core's notes -----------------------------------------------------------------------
-def fake_core(path: Path, pid: int, tids: list[int], signum: int, *, sid: int = 0,
-              name: str = "", args: str = "", files: tuple[str, ...] = ()) -> Path:
-    """A minimal ELF64 core: a header, one PT_NOTE, NT_PRSTATUS per thread (the crashing one
-    first, as the kernel writes it), NT_PRPSINFO (pid, process group and session `sid`,
-    comm `name`, `args`) and, with `files`, NT_FILE (each mapped once), laid out as on
-    x86-64."""
-
-    def note(ntype: int, desc: bytes) -> bytes:
-        name = b"CORE\0\0\0\0"
-        return struct.pack("<III", 5, len(desc), ntype) + name + desc + b"\0" * (-len(desc) % 4)
-
-    notes = b""
-    for tid in tids:
-        prstatus = bytearray(336)
-        struct.pack_into("<h", prstatus, 12, signum)
-        struct.pack_into("<i", prstatus, 32, tid)
-        notes += note(1, bytes(prstatus))
-    prpsinfo = bytearray(136)
-    struct.pack_into("<iiii", prpsinfo, 24, pid, sid, sid, sid)  # pid, ppid, pgrp, sid
-    prpsinfo[40:40 + len(name[:15])] = name[:15].encode()
-    prpsinfo[56:56 + len(args[:79])] = args[:79].encode()
-    notes += note(3, bytes(prpsinfo))
-    if files:
-        table = struct.pack("<QQ", len(files), 4096) + b"".join(
-            struct.pack("<QQQ", 0x1000 * (i + 1), 0x1000 * (i + 2), 0)
-            for i in range(len(files)))
-        notes += note(0x46494C45, table + b"".join(f.encode() + b"\0" for f in files))
-    ehdr = bytearray(64)
-    ehdr[:6] = b"\x7fELF\x02\x01"
-    struct.pack_into("<HH", ehdr, 16, 4, 62)  # ET_CORE, x86-64
-    struct.pack_into("<Q", ehdr, 0x20, 64)  # e_phoff
-    struct.pack_into("<HHH", ehdr, 0x36, 56, 1, 0)  # e_phentsize, e_phnum
-    phdr = struct.pack("<IIQQQQQQ", 4, 0, 64 + 56, 0, 0, len(notes), 0, 4)
-    path.write_bytes(bytes(ehdr) + phdr + notes)
-    return path
 
 
 def test_the_core_notes_name_the_process_and_the_thread_that_took_the_signal(
@@ -293,19 +258,19 @@ def test_kernel_log_keeps_gpu_and_fault_lines_since_the_start_plus_the_last_line
     stamped.insert(9, (206.5, "amdgpu 0000:03:00.0: ring gfx_0.0.0 timeout, signaled seq=1"))
     stamped.insert(12, (207.5, "INFO: task python:123 blocked for more than 120 seconds."))
 
-    lines = procstate.select_lines(stamped, since_wall=199.0, max_lines=200)
+    lines = kernellog.select_lines(stamped, since_wall=199.0, max_lines=200)
 
     assert "NVRM: Xid 79, GPU has fallen off the bus (before the run)" not in lines
     assert lines[:3] == ["NVRM: Xid (PCI:0000:1b:00): 13, Graphics Exception",
                          "amdgpu 0000:03:00.0: ring gfx_0.0.0 timeout, signaled seq=1",
                          "INFO: task python:123 blocked for more than 120 seconds."]
     assert lines[3:] == [f"eth0: link chatter {i}" for i in range(20, 30)]
-    assert procstate.select_lines(stamped, 199.0, max_lines=4)[0] == "eth0: link chatter 26"
+    assert kernellog.select_lines(stamped, 199.0, max_lines=4)[0] == "eth0: link chatter 26"
 
 
 def test_the_kernel_log_keeps_nothing_older_than_the_start_or_says_why_it_is_unreadable(
         ) -> None:
-    log = procstate.kernel_log_tail(since_wall=4e9)  # the future: nothing logged since
+    log = kernellog.kernel_log_tail(since_wall=4e9)  # the future: nothing logged since
 
     if log.source is None:
         assert log.note and log.text.startswith("# kernel log not readable: ")

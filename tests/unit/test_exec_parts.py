@@ -161,8 +161,7 @@ def test_the_cli_refuses_inconsistent_exec_options_in_one_line(
 def test_a_clean_exit_deletes_the_cores_its_children_left_and_a_failed_one_keeps_them(
         tmp_path: Path) -> None:
     from stress.engine.children import GroupWatch
-    from tests.unit.test_children import dead_pids
-    from tests.unit.test_evidence import fake_core
+    from tests.helpers.procs import dead_pids, fake_core
 
     for rc, kept in ((0, False), (1, True)):
         j = _judge(tmp_path)

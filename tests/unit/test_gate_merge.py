@@ -18,7 +18,7 @@ from stress.store.merge import merge
 from stress.verdicts import gate_outputs
 from stress.verdicts.gate import GateSpec, Verdict, evaluate
 from tests.conftest import REPO, run_cli
-from tests.unit.test_gate_stores import make_store, plan_config
+from tests.helpers.gate_stores import make_store, plan_config
 
 JUNIT_XSD = REPO / "tests" / "data" / "junit-10.xsd"
 SHARDS = 4

@@ -24,7 +24,7 @@ from stress.verdicts.gate import (
 )
 from stress.vocab import FailureClass
 from tests.conftest import run_cli
-from tests.unit.test_gate_stores import make_store
+from tests.helpers.gate_stores import make_store
 
 RATE = 0.05  # jobs_to_pass(0.05) = 233 with the default design effect: small stores decide
 

@@ -9,38 +9,8 @@ import json
 from pathlib import Path
 
 from stress.analysis import html, report
-from stress.store.db import RunStore
 from stress.verdicts import gate, gate_outputs
-
-
-def exit_run(run_dir: Path, exits: int = 20, failing: int = 8) -> Path:
-    """`exits` one-job processes whose jobs all finished cleanly; `failing` of them then hung
-    in their exit (teardown_hang at worker-exit, rated per process exit)."""
-    run_dir.mkdir(parents=True)
-    store = RunStore(run_dir)
-    store.start_run("r1", 1, "iree-stress soak --patterns exit", {},
-                    {"engine": "python", "workers": 4, "threads": 1})
-    for i in range(exits):
-        pid = 500 + i
-        store.add_job("r1", i % 4, {
-            "job": {"index": i, "program": "unary.abs.f32.1", "pattern": "exit-clean",
-                    "seed": i, "invocations": 5},
-            "started": 1000.0 + i, "ended": 1000.5 + i, "pid": pid,
-            "result": {"invocations": 5, "ok": 5, "miscompare": 0, "errors": 0,
-                       "nondeterministic": 0, "devices_created": 1, "latency_sum_us": 5.0,
-                       "latency_max_us": 1.0, "latency_hist": [0] * 22}}, "ok")
-        row = store.add_worker("r1", i % 4, i, pid)
-        if i < failing:
-            store.add_failure("r1", {"class": "teardown_hang", "pid": pid, "worker": i % 4,
-                                     "last_step": "worker-exit", "exposure": "process_exit",
-                                     "message": "exit past --teardown-timeout",
-                                     "detected_at": 1001.0 + i})
-        store.end_worker(row, -9 if i < failing else 0, None, "exit",
-                         outcome="hang" if i < failing else "clean", device_used=1,
-                         pattern="exit-clean", job_index=i)
-    store.end_run("r1", "completed")
-    store.close()
-    return run_dir
+from tests.helpers.runs import exit_run
 
 
 def test_failing_exits_lead_the_headline_in_every_format(tmp_path: Path) -> None:

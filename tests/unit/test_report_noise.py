@@ -11,8 +11,7 @@ from pathlib import Path
 
 from stress.analysis import html, report
 from stress.store.db import RunStore
-from tests.unit.test_headline import exit_run
-from tests.unit.test_telemetry_timeline import store_run
+from tests.helpers.runs import exit_run, make_run, store_run
 
 
 def test_a_clean_run_gives_a_short_report_that_says_no_failures_once(tmp_path: Path) -> None:
@@ -63,7 +62,6 @@ def test_cannot_tell_is_said_once_for_every_exit_signature(tmp_path: Path) -> No
 
 def test_the_html_plots_have_units_and_a_per_job_rate_over_time_with_intervals(
         tmp_path: Path) -> None:
-    from tests.unit.test_analysis_report import make_run
 
     page = html.render(report.build([make_run(tmp_path / "run")]))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stress.errors import UsageError
-from stress.programs.cache import atomic_write
+from stress.fs import atomic_write
 from stress.store import rundir
 from stress.store.db import RunStore
 

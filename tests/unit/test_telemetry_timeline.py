@@ -4,47 +4,11 @@ failures, runs over several devices recording each worker's device."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from stress.analysis import html, report
 from stress.store import db
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "telemetry"
-
-
-def store_run(run_dir: Path, line: str, devices: tuple[str, ...] = ("cuda",)) -> None:
-    """A small run whose GPU time line is the recorded `line`."""
-    doc: dict[str, Any] = json.loads((DATA / line).read_text())
-    store = db.RunStore(run_dir)
-    store.start_run("r1", 1, "iree-stress soak", {"driver": "cuda"},
-                    {"workers": len(devices), "threads": 1})
-    for i, (t0, t1) in enumerate(doc["jobs"]):
-        store.add_job("r1", i % len(devices), {
-            "job": {"index": i, "program": "binary.add", "pattern": "shared", "seed": i,
-                    "invocations": 10},
-            "started": t0, "ended": t1, "pid": 100 + i % len(devices),
-            "result": {"invocations": 10, "ok": 10, "miscompare": 0, "errors": 0,
-                       "nondeterministic": 0, "devices_created": 1, "latency_sum_us": 5.0,
-                       "latency_max_us": 1.0, "latency_hist": [0] * 22, "failures": []}},
-            "ok")
-    for w, dev in enumerate(devices):
-        row = store.add_worker("r1", w, 0, 100 + w)
-        if len(devices) > 1:
-            store.set_worker_device(row, dev)
-        store.end_worker(row, 0, None, "done")
-    store.flush()  # (worker rows are written at the commit; this SQL goes around the store)
-    store.db.execute("UPDATE workers SET ended_at=?", (doc["workers_done"],))
-    store.add_failure("r1", {"class": "hang", "pid": 100 + len(devices) - 1, "worker": 0,
-                             "message": "step past deadline", "last_step": "invoke",
-                             "detected_at": doc["jobs"][3][0]})
-    store.add_telemetry("r1", [{**s, "logical": 0, "source": "amd-smi"}
-                               for s in doc["samples"]])
-    store.add_mark("r1", doc["samples"][0]["t"], "phase-start", "soak")
-    store.add_mark("r1", doc["workers_done"], "phase-start", "cooldown")
-    store.end_run("r1", "completed")
-    store.close()
+from tests.helpers.runs import store_run
 
 
 def test_m005_adds_the_time_line_tables_and_the_workers_device() -> None:
