@@ -291,7 +291,7 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
     after an interruption resumes."""
     from stress.errors import UsageError
     from stress.programs.cache import atomic_write
-    from stress.verdicts import stacks
+    from stress.runtimes import spec
     from stress.verdicts.compare import (
         Cached,
         SoakTrials,
@@ -303,7 +303,7 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
 
     if not 0.0 < confidence < 1.0:
         raise UsageError(f"need 0 < --confidence < 1, got {confidence}")
-    order = list(stacks.load(stacks_file))
+    order = list(spec.load(stacks_file))
     for name in (good, bad):
         if name not in order:
             raise UsageError(f"no stack named {name!r} in {stacks_file}")

@@ -359,7 +359,7 @@ def trial_problem(engine: Engine, summary: dict[str, Any], run_dir: Path) -> str
 
 def exec_preflight(built: Any, base: Any) -> str:
     """Can the command start under the stack? '' when its executable is found (on the PATH
-    the jobs get: the stack's venv first) and executable. `stacks.preflight` asks the stack's
+    the jobs get: the stack's venv first) and executable. `provision.preflight` asks the stack's
     interpreter to import iree.runtime, which says nothing about the user's command."""
     import os
 
@@ -369,7 +369,7 @@ def exec_preflight(built: Any, base: Any) -> str:
         return "--engine exec needs a command after `--`"
     if "{" in base.command[0]:  # a placeholder in the executable: known per job only
         return ""
-    from stress.verdicts.stacks import command_env
+    from stress.runtimes.provision import command_env
 
     env = {**os.environ, **base.env, **command_env(built, base.env)}
     if built.venv:
@@ -418,8 +418,8 @@ class SoakTrials:
         return path
 
     def run(self, stack: str, index: int, seed: int) -> Trial:
+        from stress.runtimes.provision import check_facts, command_env, preflight
         from stress.soak import run_soak
-        from stress.verdicts.stacks import check_facts, command_env, preflight
 
         built = self.built[stack]
         run_dir = self.out_dir / stack / f"trial-{index:04d}"
@@ -504,24 +504,24 @@ def prepare(stacks_file: Path, names: Sequence[str], base: Any,
             log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, str]]:
     """Loads the file, builds (or reuses) each named stack's venv. Any problem here is a
     UsageError (exit 2, one line naming the file and line) before a single trial runs."""
-    from stress.verdicts import stacks
+    from stress.runtimes import spec
 
     if base.python:
         raise UsageError("--python and stacks exclude each other: a stack names its own "
                          "interpreter (its venv)")
-    return build_all(stacks.pick(stacks.load(stacks_file), names), base, log)
+    return build_all(spec.pick(spec.load(stacks_file), names), base, log)
 
 
 def build_all(chosen: Sequence[Any], base: Any,
               log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, str]]:
-    from stress.verdicts import stacks
+    from stress.runtimes import provision, spec
 
     built: dict[str, Any] = {}
     keys: dict[str, str] = {}
     for st in chosen:
         try:
-            built[st.name] = stacks.build(st, base.cache_dir, log)
-        except stacks.StackError as exc:
+            built[st.name] = provision.build(st, base.cache_dir, log)
+        except spec.StackError as exc:
             raise UsageError(str(exc)) from None
         keys[st.name] = plan_key({"venv": st.key(), "env": st.env, "rocm": st.rocm})
     return built, keys
@@ -587,13 +587,13 @@ def run_grid(base: Any, stacks_file: Path, a: str, b: str, max_pairs: int,
     import os
     import time
 
-    from stress.verdicts import stacks
+    from stress.runtimes import spec
 
-    sa, sb = stacks.pick(stacks.load(stacks_file), [a, b])
+    sa, sb = spec.pick(spec.load(stacks_file), [a, b])
     if not (sa.rocm_side or sb.rocm_side):
         raise UsageError(f"--grid crosses the ROCm sides of {a} and {b}, and neither has one "
                          "(rocm_requirements or rocm)")
-    ab, ba = stacks.cross(sa, sb), stacks.cross(sb, sa)
+    ab, ba = spec.cross(sa, sb), spec.cross(sb, sa)
     seed = base.seed if base.seed is not None else int.from_bytes(os.urandom(3), "little")
     if base.python:
         raise UsageError("--python and stacks exclude each other")

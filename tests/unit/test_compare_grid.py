@@ -8,6 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from stress.cli import cli
+from stress.runtimes.spec import Stack, cross
 from stress.verdicts.compare import (
     Cached,
     Trial,
@@ -17,7 +18,6 @@ from stress.verdicts.compare import (
     grid_exit_code,
     render_grid,
 )
-from stress.verdicts.stacks import Stack, cross
 
 
 def test_crossing_takes_the_iree_side_of_one_and_the_rocm_side_of_the_other() -> None:

@@ -168,7 +168,8 @@ class FakeSoak:
 def soak_trials(tmp_path: Path, summary: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
                 venv: str = "") -> tuple[SoakTrials, FakeSoak]:
     import stress.soak
-    from stress.verdicts.stacks import Built, Stack
+    from stress.runtimes.provision import Built
+    from stress.runtimes.spec import Stack
 
     fake = FakeSoak(summary)
     monkeypatch.setattr(stress.soak, "run_soak", fake)
