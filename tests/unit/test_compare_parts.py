@@ -14,15 +14,8 @@ from click.testing import CliRunner
 
 from stress.cli import cli
 from stress.soak import SoakOptions
-from stress.verdicts.compare import (
-    Cached,
-    SoakTrials,
-    Trial,
-    TrialCache,
-    Verdict,
-    compare,
-    render,
-)
+from stress.verdicts.compare import SoakTrials, Verdict, compare, render
+from stress.verdicts.trials import Cached, Trial, TrialCache
 
 
 class Arms:
