@@ -30,7 +30,7 @@ from _common import header  # noqa: E402
 
 from stress.analysis.stats import wilson  # noqa: E402
 from stress.verdicts.bisect import CONFIDENCE, MAX_TRIALS, Outcome, bisect  # noqa: E402
-from stress.verdicts.compare import Trial  # noqa: E402
+from stress.verdicts.trials import Trial  # noqa: E402
 
 # (good rate, bad rate[, rate after the second rise]); the four of issue 11's bench first
 SETTINGS: tuple[tuple[float, ...], ...] = (

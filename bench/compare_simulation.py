@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import header  # noqa: E402
 
 from stress.analysis.stats import Alternative, fisher_exact  # noqa: E402
-from stress.verdicts.compare import MAX_PAIRS, Trial, Verdict, compare  # noqa: E402
+from stress.verdicts.compare import MAX_PAIRS, Verdict, compare  # noqa: E402
+from stress.verdicts.trials import Trial  # noqa: E402
 
 SETTINGS: tuple[tuple[float, float], ...] = (
     (0.0, 0.5),  # the case: B fails about half its trials

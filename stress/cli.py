@@ -356,15 +356,16 @@ def compare(**kw: Any) -> None:
     B worse (exit 1), A worse, no difference shown (exit 0), inconclusive (exit 3: a stack's
     workers could not start). --results is the folder of all trials. See docs/stacks.md."""
     from stress.verdicts import compare as compare_mod
+    from stress.verdicts import grid as grid_mod
 
     opts = apply_engine(soak_options_from(kw, kw["duration"], False, sys.argv[2:]), kw)
     log = Log(not (kw["quiet"] or kw["as_json"]))  # lines and live steps, on stderr
     if kw["grid"]:
-        cells = compare_mod.run_grid(opts, kw["stacks_file"], kw["a"], kw["b"], kw["trials"],
-                                     kw["results"], log)
+        cells = grid_mod.run_grid(opts, kw["stacks_file"], kw["a"], kw["b"], kw["trials"],
+                                  kw["results"], log)
         click.echo(json.dumps([c.as_dict() for c in cells]) if kw["as_json"] else
-                   compare_mod.render_grid(cells))
-        sys.exit(compare_mod.grid_exit_code(cells))
+                   grid_mod.render_grid(cells))
+        sys.exit(grid_mod.grid_exit_code(cells))
     result = compare_mod.run_compare(opts, kw["stacks_file"], kw["a"], kw["b"], kw["trials"],
                                      kw["results"], log)
     click.echo(json.dumps(result.as_dict()) if kw["as_json"] else compare_mod.render(result))

@@ -23,7 +23,7 @@ from typing import Any
 from stress.errors import UsageError
 from stress.store.db import DB_NAME, connect
 
-STACKS_DIR: str = "stacks"  # = stress.verdicts.stacks.STACKS_DIR (not imported: this module
+STACKS_DIR: str = "stacks"  # = stress.runtimes.provision.STACKS_DIR (not imported: this module
 #   stays light; tests/unit/test_housekeeping.py checks they agree)
 LAST_USED: str = ".last-used"  # touched in a stack folder each time a run uses it
 _SEARCH_DEPTH: int = 3  # results/RUN, results/compare-X/STACK/trial-N: run stores this deep

@@ -36,9 +36,10 @@ from typing import Any
 from stress.analysis import exposure as exp
 from stress.analysis.known import KnownFailure
 from stress.analysis.rundata import RunData
-from stress.analysis.stacks import Frame, StackDump, StackTool, read_folder
+from stress.analysis.stacks import read_folder
 from stress.analysis.stats import Rate
 from stress.keys import blank_numbers, message_key
+from stress.stacktext import Frame, StackDump, StackTool
 
 SIGLISTS: Path = Path(__file__).with_name("siglists")
 TOP_FRAMES: int = 3  # meaningful frames in a key: Socorro's signatures average 2-4 frames

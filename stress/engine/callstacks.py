@@ -1,7 +1,7 @@
-"""Call stacks as the tools print them: which tool produced a stack (`StackSource`), every
-thread's frames (`ThreadStack`, `Stacks`), and pure parsers for gdb, py-spy and pystack output
-and for the kernel's fault lines. Shared by live-hang stacks (`evidence.dump_stacks`) and
-post-mortem ones (`postmortem.native_stacks`)."""
+"""Call stacks the engine takes: which tool produced a stack (`StackSource`), every thread's
+frames with the crashed thread (`Stacks`, parsed by `stress.stacktext`), and the tools
+(gdb, cuda-gdb, rocgdb, py-spy) found and judged safe to attach. Shared by live-hang stacks
+(`evidence.dump_stacks`) and post-mortem ones (`postmortem.native_stacks`)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from stress.engine import procstate
+from stress.stacktext import ThreadStack
 
 
 class StackSource(str, Enum):
@@ -43,22 +43,6 @@ class StackSource(str, Enum):
         native = self in (StackSource.CORE_GDB, StackSource.CORE_PYSTACK, StackSource.PYSPY,
                           StackSource.GDB_ATTACH)
         return f"{self.value} ({'native frames' if native else 'no native frames'})"
-
-
-@dataclass
-class ThreadStack:
-    """One thread's frames, innermost first: function names as the tool printed them (an
-    address when it had no symbol; "<signal handler called>" as gdb marks it). `tid` is the
-    native thread id (LWP) when the tool gives it; `state` is py-spy's idle/active."""
-
-    tid: int | None
-    name: str | None
-    frames: list[str] = field(default_factory=list)
-    state: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"tid": self.tid, "name": self.name, "state": self.state,
-                "frames": self.frames}
 
 
 @dataclass
@@ -98,7 +82,7 @@ class Stacks:
         t = self.thread(self.crashed_tid)
         if t is None:
             return []
-        frames = t.frames
+        frames = t.labels()
         for i, frame in enumerate(frames):
             if "signal handler called" in frame:
                 if any(_RERAISE.search(f) for f in frames[:i]):
@@ -129,90 +113,8 @@ class Stacks:
         return "\n".join(head) + "\n" + self.text + ("" if self.text.endswith("\n") else "\n")
 
 
-# ---- parsers (pure) ---------------------------------------------------------------------
 # Frames of a fatal-signal handler that re-raises (faulthandler, then libc's raise/kill).
 _RERAISE = re.compile(r"faulthandler|raise|pthread_kill|^kill$|tgkill")
-_GDB_THREAD = re.compile(r'^Thread \d+ \(.*?LWP (\d+)\)?(?: "([^"]*)")?(?: \(Exiting\))?\)?:')
-_GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(<signal handler called>|\S+?)"
-                        r"(?: \(|$| from )")
-_GDB_CURRENT = re.compile(r"^\[Current thread is \d+ \(.*?LWP (\d+)\)")
-_PYSPY_THREAD = re.compile(r'^Thread (0x[0-9A-Fa-f]+|\d+)(?: \((\w+)\))?: "(.*)"')
-_PYSTACK_THREAD = re.compile(r"^Traceback for thread (\d+)(?: \(([^)]*)\))?")
-_PYSTACK_FRAME = re.compile(r"^\s+\((?:Python|C)\) File .*, in (\S+)")
-
-
-def parse_gdb(text: str) -> tuple[list[ThreadStack], int | None]:
-    """Threads of gdb's `thread apply all bt` and the LWP of gdb's current thread (for a core:
-    the one that took the signal), or None."""
-    threads: list[ThreadStack] = []
-    current = None
-    for line in text.splitlines():
-        m = _GDB_CURRENT.match(line)
-        if m:
-            current = int(m.group(1))
-            continue
-        m = _GDB_THREAD.match(line)
-        if m:
-            threads.append(ThreadStack(int(m.group(1)), m.group(2)))
-            continue
-        if threads:
-            f = _GDB_FRAME.match(line)
-            if f:
-                threads[-1].frames.append(f.group(1))
-    return threads, current
-
-
-def parse_pyspy(text: str) -> list[ThreadStack]:
-    """Threads of `py-spy dump` (live or --core): `Thread 1234 (idle): "MainThread"` then
-    indented `function (file:line)` frames. A hex thread id (no native id known) gives None."""
-    threads: list[ThreadStack] = []
-    for line in text.splitlines():
-        m = _PYSPY_THREAD.match(line)
-        if m:
-            ident = m.group(1)
-            tid = None if ident.startswith("0x") else int(ident)
-            threads.append(ThreadStack(tid, m.group(3), state=m.group(2)))
-        elif threads and line.startswith("    ") and line.strip():
-            threads[-1].frames.append(line.strip().split(" (", 1)[0])
-    return threads
-
-
-def parse_pystack(text: str) -> list[ThreadStack]:
-    """Threads of `pystack core`: `Traceback for thread N (name)` then `(Python)`/`(C)` frame
-    lines, outermost first (reversed here to innermost first)."""
-    threads: list[ThreadStack] = []
-    for line in text.splitlines():
-        m = _PYSTACK_THREAD.match(line)
-        if m:
-            threads.append(ThreadStack(int(m.group(1)), m.group(2)))
-        elif threads:
-            f = _PYSTACK_FRAME.match(line)
-            if f:
-                threads[-1].frames.insert(0, f.group(1))
-    return threads
-
-
-_KERNEL_FAULT = re.compile(r"\b\S+\[(\d+)\]:? (segfault at|general protection|trap )")
-
-
-def kernel_fault_lines(lines: Collection[str], tids: Collection[int]) -> tuple[list[str],
-                                                                                 int | None]:
-    """The kernel's fault lines (`comm[TID]: segfault at ... in lib.so[...]`) for any of
-    `tids`, and the tid of the last one. Pure."""
-    hits, tid = [], None
-    for line in lines:
-        m = _KERNEL_FAULT.search(line)
-        if m and int(m.group(1)) in tids:
-            hits.append(line)
-            tid = int(m.group(1))
-    return hits, tid
-
-
-def faulthandler_text(stderr_text: str) -> str | None:
-    """faulthandler's report in a worker's stderr ("Fatal Python error: ..." onward), the last
-    one if several."""
-    at = stderr_text.rfind("Fatal Python error")
-    return stderr_text[at:] if at >= 0 else None
 
 
 # ---- tools ------------------------------------------------------------------------------

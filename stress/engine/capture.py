@@ -598,7 +598,7 @@ _GIL_WAIT_DEPTH: int = 8  # innermost frames looked at
 
 def _waits_for_gil(stacks: evidence.Stacks, tid: int) -> bool:
     t = stacks.thread(tid)
-    return t is not None and any(g in f for f in t.frames[:_GIL_WAIT_DEPTH] for g in _GIL_WAIT)
+    return t is not None and any(g in f for f in t.labels()[:_GIL_WAIT_DEPTH] for g in _GIL_WAIT)
 
 
 def _culprit_slot(h: WorkerHandle, slot: int | None, stacks: evidence.Stacks) -> int | None:

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stress.engine import callstacks, kernellog, postmortem, procstate, telemetry
-from stress.engine.callstacks import Stacks, StackSource, ThreadStack, find_pyspy
+from stress.engine.callstacks import Stacks, StackSource, find_pyspy
 from stress.fs import atomic_write
+from stress.stacktext import ThreadStack, parse_gdb, parse_pyspy
 
 if TYPE_CHECKING:
     from stress.engine.config import SoakConfig
@@ -94,7 +95,7 @@ def dump_stacks(pid: int, stderr_path: Path | None = None,
         if pyspy:
             run = procstate.run_bounded([pyspy, "dump", "--nonblocking", "--pid", str(pid)],
                                         left(_PYSPY_TIMEOUT_S))
-            threads = callstacks.parse_pyspy(run.stdout)
+            threads = parse_pyspy(run.stdout).threads
             if run.rc == 0 and threads:
                 tried.append(f"py-spy dump --nonblocking: {len(threads)} threads")
                 return Stacks(StackSource.PYSPY_NONBLOCKING, run.stdout, threads=threads,
@@ -109,7 +110,7 @@ def dump_stacks(pid: int, stderr_path: Path | None = None,
     if pyspy:
         run = procstate.run_bounded([pyspy, "dump", "--native", "--pid", str(pid)],
                                     left(_PYSPY_TIMEOUT_S))
-        threads = callstacks.parse_pyspy(run.stdout)
+        threads = parse_pyspy(run.stdout).threads
         if run.rc == 0 and threads:
             tried.append(f"py-spy dump --native: {len(threads)} threads")
             return Stacks(StackSource.PYSPY, run.stdout, threads=threads, tried=tried)
@@ -130,7 +131,7 @@ def dump_stacks(pid: int, stderr_path: Path | None = None,
                 [gdb, "-batch", "-nx", "-iex", "set debuginfod enabled off", "-iex",
                  "set auto-load python-scripts off", "-ex", "set pagination off", "-ex",
                  "thread apply all bt", "-p", str(pid)], left(_GDB_TIMEOUT_S))
-            threads, _ = callstacks.parse_gdb(run.stdout)
+            threads = parse_gdb(run.stdout).threads
             if threads:
                 tried.append(f"{name} attach: {len(threads)} threads")
                 dead = procstate.is_dead(pid)
@@ -260,7 +261,7 @@ class ProcessEvidence:
             s = self.samples.get(tid)
             st = self.stacks.thread(tid)
             entry: dict[str, Any] = s.as_dict() if s else {"tid": tid, "activity": None}
-            entry["frames"] = st.frames if st else None
+            entry["frames"] = st.labels() if st else None
             out.append(entry)
         return json.dumps({"pid": self.pid, "stack_source": self.stacks.tool.value,
                            "threads": out}, indent=1)

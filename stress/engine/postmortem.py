@@ -9,7 +9,8 @@ the signal (from the core's own notes), and deletes the core: a Python + IREE pr
 hundreds of MiB. When there is no core the kernel log's segfault line, then faulthandler's text,
 stand in; `Stacks.tool` always says which path produced the stack.
 
-The stack types and parsers live in `callstacks` (shared with live-hang stacks).
+The stack types live in `callstacks` (shared with live-hang stacks), the parsers in
+`stress.stacktext`.
 """
 
 from __future__ import annotations
@@ -29,12 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from stress.engine import kernellog, procstate
-from stress.engine.callstacks import (
-    Stacks,
-    StackSource,
+from stress.engine.callstacks import Stacks, StackSource, find_gdb, find_pyspy
+from stress.stacktext import (
     faulthandler_text,
-    find_gdb,
-    find_pyspy,
     kernel_fault_lines,
     parse_gdb,
     parse_pyspy,
@@ -425,7 +423,8 @@ def _read_core(core: Path, exe: str, crashed: int | None, left: Callable[[], flo
     pyspy = find_pyspy()
     if gdb:
         run = procstate.run_bounded(gdb_core_argv(gdb, exe, core), left())
-        threads, current = parse_gdb(run.stdout)
+        dump = parse_gdb(run.stdout)
+        threads, current = dump.threads, dump.current_tid
         if threads:
             text = (f"# {os.path.basename(gdb)} thread apply all bt ({exe} {core.name})\n"
                     f"{run.stdout}")
@@ -441,7 +440,7 @@ def _read_core(core: Path, exe: str, crashed: int | None, left: Callable[[], flo
     if pystack_available():
         run = procstate.run_bounded([sys.executable, "-m", "pystack", "core", str(core), exe,
                                      "--native"], left())
-        threads = parse_pystack(run.stdout)
+        threads = parse_pystack(run.stdout).threads
         if run.rc == 0 and run.stdout.strip():
             return Stacks(StackSource.CORE_PYSTACK, run.stdout, crashed, threads=threads)
         notes_text.append(f"pystack gave nothing ({run.describe()})")
@@ -449,7 +448,7 @@ def _read_core(core: Path, exe: str, crashed: int | None, left: Callable[[], flo
         run = procstate.run_bounded([pyspy, "dump", "--core", str(core)], left())
         if run.rc == 0 and run.stdout.strip():
             return Stacks(StackSource.CORE_PYSPY, run.stdout, crashed,
-                          threads=parse_pyspy(run.stdout))
+                          threads=parse_pyspy(run.stdout).threads)
         notes_text.append(f"py-spy gave nothing ({run.describe()})")
     return None
 

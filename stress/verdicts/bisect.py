@@ -13,7 +13,7 @@ posterior's top stacks, inconclusive). bench/bisect_simulation.py measures wheth
 printed posterior is right as often as it says.
 
 A trial is a whole soak (trial i of a stack with seed `seed + i`). Trials are cached on disk
-by stack and plan (compare.TrialCache); before the first new trial, every trial already on
+by stack and plan (trials.TrialCache); before the first new trial, every trial already on
 disk for a stack of the list counts: this bisection's own (an interrupted run resumes), and
 those of other folders next to it under the same plan with another seed (a compare of the two
 ends, an earlier bisect over an overlapping list). A trial is identified by its stack and seed:
@@ -39,7 +39,7 @@ from stress.analysis.bayes import (
     expected_entropy,
 )
 from stress.analysis.stats import fmt_rate
-from stress.verdicts.compare import Trial, TrialRunner
+from stress.verdicts.trials import Trial, TrialRunner
 
 CONFIDENCE: float = 0.95  # stop when the top stack's posterior reaches it (--confidence)
 MAX_TRIALS: int = 300  # the whole bisection's trials, those on disk included: 300 one-minute
@@ -267,8 +267,8 @@ def related_caches(out: Path, family: str, plan: str,
                    stack_keys: dict[str, str]) -> list[Any]:
     """Trial caches of the same plan but another seed, in `out` and in the folders next to it
     (a compare's `results/compare-A-B-...` beside this `results/bisect-...`): those that
-    recorded the plan family (compare.TrialCache writes it)."""
-    from stress.verdicts.compare import PLAN_FILE, TRIALS_DIR, TrialCache
+    recorded the plan family (trials.TrialCache writes it)."""
+    from stress.verdicts.trials import PLAN_FILE, TRIALS_DIR, TrialCache
 
     found = []
     pattern = f"{TRIALS_DIR}/*/{PLAN_FILE}"
@@ -291,19 +291,13 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
     after an interruption resumes."""
     from stress.errors import UsageError
     from stress.fs import atomic_write
-    from stress.verdicts import stacks
-    from stress.verdicts.compare import (
-        Cached,
-        SoakTrials,
-        TrialCache,
-        base_plan_key,
-        family_key,
-        prepare,
-    )
+    from stress.runtimes import spec
+    from stress.verdicts.compare import SoakTrials, base_plan_key, family_key, prepare
+    from stress.verdicts.trials import Cached, TrialCache
 
     if not 0.0 < confidence < 1.0:
         raise UsageError(f"need 0 < --confidence < 1, got {confidence}")
-    order = list(stacks.load(stacks_file))
+    order = list(spec.load(stacks_file))
     for name in (good, bad):
         if name not in order:
             raise UsageError(f"no stack named {name!r} in {stacks_file}")

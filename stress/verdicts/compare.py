@@ -22,12 +22,11 @@ whose workers ran another runtime or HIP library than it names) stops the compar
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from stress.analysis.bayes import prob_greater
 from stress.analysis.stats import (
@@ -43,6 +42,7 @@ from stress.analysis.stats import (
 )
 from stress.errors import UsageError
 from stress.fs import atomic_write
+from stress.verdicts.trials import Cached, Trial, TrialCache, TrialRunner, plan_key
 
 THETA1: float = 0.8  # H1 of the paired test: B fails alone in 80% of discordant pairs. 0.75
 #   needs 8 discordant pairs to decide (~32 trials at a 50% flake), 0.8 needs 7, and still
@@ -50,9 +50,6 @@ THETA1: float = 0.8  # H1 of the paired test: B fails alone in 80% of discordant
 ALPHA: float = 0.05  # false "B worse" (and false "A worse"), Wald's bound under early stopping
 BETA: float = 0.1  # a real difference of THETA1 missed
 MAX_PAIRS: int = 20  # the fixed design it replaces: 20 + 20 trials
-TRIALS_DIR: str = "trials"
-PLAN_FILE: str = "plan.json"  # in each plan's folder of trials: its family (the plan without
-#   the seed), so a bisect finds a compare's trials of the same plan (bisect.related_caches)
 _ROUNDING: float = 1e-9  # wilson() at k = 0 returns float noise (6e-17) for a lower bound of 0
 
 
@@ -66,105 +63,6 @@ class Verdict(enum.Enum):
     def exit_code(self) -> int:
         """1 for a regression (B worse), 3 inconclusive, else 0 (the CLI's exit codes)."""
         return {Verdict.B_WORSE: 1, Verdict.INCONCLUSIVE: 3}.get(self, 0)
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One soak under one stack, as compare and bisect need it (and cache it on disk)."""
-
-    stack: str
-    index: int
-    seed: int
-    failed: bool
-    jobs: int = 0
-    failures: int = 0
-    signatures: tuple[tuple[str, str], ...] = ()  # (id, class|...|frame key text)
-    harness: str = ""  # why this trial is not a result ('' when it is one)
-    run_dir: str = ""
-    runtime: str = ""
-    runtime_path: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> Trial:
-        return Trial(**{**d, "signatures": tuple(tuple(s) for s in d.get("signatures", ()))})
-
-
-class TrialRunner(Protocol):
-    """Runs trial `index` (seed `seed`) of the plan under one stack: the real one runs a soak
-    (SoakTrials); tests and simulations use fakes."""
-
-    def run(self, stack: str, index: int, seed: int) -> Trial: ...
-
-
-class TrialCache:
-    """Trials on disk, one JSON file each, keyed by stack (its name and build key) and plan:
-    bisect reuses every trial already run and resumes after an interruption by reading them.
-    `family` (the plan without its seed) is written next to them when given."""
-
-    def __init__(self, root: Path, plan_key: str, stack_keys: dict[str, str] | None = None,
-                 family: str = ""):
-        self.root, self.plan_key = root, plan_key
-        self.stack_keys = stack_keys or {}
-        self.family = family
-
-    def path(self, stack: str, index: int) -> Path:
-        key = self.stack_keys.get(stack, "")
-        return (self.root / TRIALS_DIR / self.plan_key / f"{stack}-{key}" if key else
-                self.root / TRIALS_DIR / self.plan_key / stack) / f"trial-{index:04d}.json"
-
-    def get(self, stack: str, index: int) -> Trial | None:
-        p = self.path(stack, index)
-        try:
-            return Trial.from_dict(json.loads(p.read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def stored(self, stack: str) -> list[Trial]:
-        """Every trial on disk for this stack, by index."""
-        found = []
-        for p in sorted(self.path(stack, 0).parent.glob("trial-*.json")):
-            try:
-                found.append(Trial.from_dict(json.loads(p.read_text())))
-            except (OSError, ValueError, TypeError):
-                continue
-        return found
-
-    def put(self, trial: Trial) -> None:
-        atomic_write(self.path(trial.stack, trial.index),
-                     json.dumps(trial.as_dict(), indent=1).encode())
-        plan_file = self.root / TRIALS_DIR / self.plan_key / PLAN_FILE
-        if self.family and not plan_file.exists():
-            atomic_write(plan_file, json.dumps({"plan": self.plan_key,
-                                                "family": self.family}).encode())
-
-
-class Cached:
-    """A TrialRunner that answers from the cache first and stores what it runs; harness
-    failures are not stored (they say nothing about the stack and may be fixed)."""
-
-    def __init__(self, runner: TrialRunner, cache: TrialCache):
-        self.runner, self.cache = runner, cache
-        self.ran = self.reused = 0
-
-    def run(self, stack: str, index: int, seed: int) -> Trial:
-        hit = self.cache.get(stack, index)
-        if hit is not None:
-            self.reused += 1
-            return hit
-        trial = self.runner.run(stack, index, seed)
-        self.ran += 1
-        if not trial.harness:
-            self.cache.put(trial)
-        return trial
-
-
-def plan_key(parts: dict[str, Any]) -> str:
-    """Trials are comparable only under the same plan (programs, patterns, duration, seed...)."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()
-                          ).hexdigest()[:12]
 
 
 @dataclass
@@ -359,7 +257,7 @@ def trial_problem(engine: Engine, summary: dict[str, Any], run_dir: Path) -> str
 
 def exec_preflight(built: Any, base: Any) -> str:
     """Can the command start under the stack? '' when its executable is found (on the PATH
-    the jobs get: the stack's venv first) and executable. `stacks.preflight` asks the stack's
+    the jobs get: the stack's venv first) and executable. `provision.preflight` asks the stack's
     interpreter to import iree.runtime, which says nothing about the user's command."""
     import os
 
@@ -369,7 +267,7 @@ def exec_preflight(built: Any, base: Any) -> str:
         return "--engine exec needs a command after `--`"
     if "{" in base.command[0]:  # a placeholder in the executable: known per job only
         return ""
-    from stress.verdicts.stacks import command_env
+    from stress.runtimes.provision import command_env
 
     env = {**os.environ, **base.env, **command_env(built, base.env)}
     if built.venv:
@@ -418,8 +316,8 @@ class SoakTrials:
         return path
 
     def run(self, stack: str, index: int, seed: int) -> Trial:
+        from stress.runtimes.provision import check_facts, command_env, preflight
         from stress.soak import run_soak
-        from stress.verdicts.stacks import check_facts, command_env, preflight
 
         built = self.built[stack]
         run_dir = self.out_dir / stack / f"trial-{index:04d}"
@@ -504,24 +402,24 @@ def prepare(stacks_file: Path, names: Sequence[str], base: Any,
             log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, str]]:
     """Loads the file, builds (or reuses) each named stack's venv. Any problem here is a
     UsageError (exit 2, one line naming the file and line) before a single trial runs."""
-    from stress.verdicts import stacks
+    from stress.runtimes import spec
 
     if base.python:
         raise UsageError("--python and stacks exclude each other: a stack names its own "
                          "interpreter (its venv)")
-    return build_all(stacks.pick(stacks.load(stacks_file), names), base, log)
+    return build_all(spec.pick(spec.load(stacks_file), names), base, log)
 
 
 def build_all(chosen: Sequence[Any], base: Any,
               log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, str]]:
-    from stress.verdicts import stacks
+    from stress.runtimes import provision, spec
 
     built: dict[str, Any] = {}
     keys: dict[str, str] = {}
     for st in chosen:
         try:
-            built[st.name] = stacks.build(st, base.cache_dir, log)
-        except stacks.StackError as exc:
+            built[st.name] = provision.build(st, base.cache_dir, log)
+        except spec.StackError as exc:
             raise UsageError(str(exc)) from None
         keys[st.name] = plan_key({"venv": st.key(), "env": st.env, "rocm": st.rocm})
     return built, keys
@@ -545,64 +443,3 @@ def run_compare(base: Any, stacks_file: Path, a: str, b: str, max_pairs: int,
     result = compare(runner, a, b, seed, max_pairs, log)
     atomic_write(out / "compare.json", json.dumps(result.as_dict(), indent=1).encode())
     return result
-
-
-# --- --grid: the IREE side and the ROCm side crossed (the fusilli ablation) --------------------
-
-GRID_QUESTIONS: tuple[str, ...] = ("both sides", "ROCm side alone", "IREE side alone")
-
-
-def grid_exit_code(results: Sequence[CompareResult]) -> int:
-    """1 when any cell is `B worse`, else 3 when any is inconclusive, else 0."""
-    verdicts = {r.verdict for r in results}
-    return 1 if Verdict.B_WORSE in verdicts else 3 if Verdict.INCONCLUSIVE in verdicts else 0
-
-
-def compare_grid(runner: TrialRunner, a: str, b: str, a_iree_b_rocm: str, b_iree_a_rocm: str,
-                 seed: int, max_pairs: int = MAX_PAIRS,
-                 on_progress: Callable[[str], None] | None = None) -> list[CompareResult]:
-    """A against B, against A's IREE with B's ROCm, against B's IREE with A's ROCm: which
-    side carries the difference. A's trials are the same in all three (same seeds): a cached
-    runner runs them once."""
-    say = on_progress or (lambda _line: None)
-    out = []
-    for question, other in zip(GRID_QUESTIONS, (b, a_iree_b_rocm, b_iree_a_rocm), strict=True):
-        say(f"-- {question}: {a} vs {other}")
-        out.append(compare(runner, a, other, seed, max_pairs, say))
-    return out
-
-
-def render_grid(results: Sequence[CompareResult]) -> str:
-    lines = [f"GRID  A = {results[0].a}"]
-    for question, r in zip(GRID_QUESTIONS, results, strict=True):
-        lines.append(f"  {question:<16} B = {r.b:<40} {r.verdict.value:<20} "
-                     f"({len(r.arm(r.b))} pairs)")
-    lines.append("")
-    lines += [render(r) for r in results]
-    return "\n".join(lines)
-
-
-def run_grid(base: Any, stacks_file: Path, a: str, b: str, max_pairs: int,
-             out_dir: Path | None, log: Callable[[str], None]) -> list[CompareResult]:
-    import os
-    import time
-
-    from stress.verdicts import stacks
-
-    sa, sb = stacks.pick(stacks.load(stacks_file), [a, b])
-    if not (sa.rocm_side or sb.rocm_side):
-        raise UsageError(f"--grid crosses the ROCm sides of {a} and {b}, and neither has one "
-                         "(rocm_requirements or rocm)")
-    ab, ba = stacks.cross(sa, sb), stacks.cross(sb, sa)
-    seed = base.seed if base.seed is not None else int.from_bytes(os.urandom(3), "little")
-    if base.python:
-        raise UsageError("--python and stacks exclude each other")
-    built, keys = build_all([sa, sb, ab, ba], base, log)
-    out = out_dir or Path("results") / f"grid-{a}-{b}-{time.strftime('%Y%m%d-%H%M%S')}"
-    log(f"grid A={a} B={b}: crossed {ab.name}, {ba.name}; seed {seed}; trials in {out}")
-    runner = Cached(SoakTrials(base, built, out, log),
-                    TrialCache(out, base_plan_key(base, seed), keys, family_key(base)))
-    results = compare_grid(runner, a, b, ab.name, ba.name, seed, max_pairs, log)
-    atomic_write(out / "grid.json", json.dumps([r.as_dict() for r in results],
-                                               indent=1).encode())
-    return results

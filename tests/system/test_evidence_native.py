@@ -258,8 +258,8 @@ def test_several_hung_processes_give_every_thread_state_and_stack_before_any_kil
         assert proc.stacks.tool in (StackSource.PYSPY, StackSource.GDB_ATTACH), proc.stacks.note
         spin_stack, block_stack = proc.stacks.thread(spin), proc.stacks.thread(block)
         assert spin_stack is not None and block_stack is not None
-        assert "iree_fault_spin" in spin_stack.frames[:2]
-        assert "iree_fault_block" in block_stack.frames[:3]
+        assert "iree_fault_spin" in spin_stack.labels()[:2]
+        assert "iree_fault_block" in block_stack.labels()[:3]
         assert proc.activity_of(spin) is Activity.BUSY
         assert proc.activity_of(block) is Activity.BLOCKED
         summary = proc.summary(stuck_tid=block)
@@ -320,7 +320,7 @@ def test_a_thread_in_d_state_gives_python_stacks_without_blocking_on_ptrace(
     assert proc.stacks.tool is StackSource.PYSPY_NONBLOCKING, proc.stacks.note
     assert "uninterruptible wait (D)" in proc.stacks.note
     stack = proc.stacks.thread(tid)
-    assert stack is not None and "Thread.run" in stack.frames
+    assert stack is not None and "Thread.run" in stack.labels()
     assert procstate.thread_ids(pid), "evidence must not kill the process"
 
 

@@ -136,13 +136,13 @@ def test_compare_runs_the_command_from_each_stack_s_rocm_tree_first_on_path_and_
 
 def test_a_path_the_stack_sets_itself_is_used_as_written_and_the_tree_goes_first_otherwise(
         tmp_path: Path) -> None:
-    from stress.verdicts import stacks
+    from stress.runtimes import provision, spec
 
     tree = fake_rocm_tree(tmp_path / "rocm", 0)
     path = tmp_path / "stacks.toml"
     path.write_text(f'[stacks.own]\nrocm = "{tree}"\nenv = {{ LD_LIBRARY_PATH = "/mine" }}\n')
-    built = stacks.build(stacks.load(path)["own"], tmp_path / "cache")
-    env = stacks.command_env(built, {"PATH": "/usr/bin"})
+    built = provision.build(spec.load(path)["own"], tmp_path / "cache")
+    env = provision.command_env(built, {"PATH": "/usr/bin"})
     assert env["LD_LIBRARY_PATH"] == "/mine"
     assert env["PATH"] == f"{tree / 'bin'}:/usr/bin"
-    assert env[stacks.ENV_HIP_DYLIB] == f"file:{tree / 'lib' / 'libamdhip64.so'}"
+    assert env[provision.ENV_HIP_DYLIB] == f"file:{tree / 'lib' / 'libamdhip64.so'}"

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from stress.analysis import signatures, stacks
+from stress import stacktext
+from stress.analysis import signatures
 from stress.analysis.exposure import Exposure
 from stress.analysis.rundata import RunData
 
@@ -86,7 +87,7 @@ def test_a_library_version_suffix_does_not_change_the_id(tmp_path: Path) -> None
     ("/lib/libc.so.6+0x9a3f", "libc.so"),
 ])
 def test_module_names_lose_versions_tags_and_addresses(path: str, name: str) -> None:
-    assert stacks.normalize_module(path) == name
+    assert stacktext.normalize_module(path) == name
 
 
 def test_busy_and_blocked_hangs_at_the_same_step_are_different_modes(tmp_path: Path) -> None:
@@ -105,8 +106,8 @@ def test_a_core_dump_names_the_crashing_thread_below_its_signal_handler(tmp_path
                signal="SIGSEGV")
     ev = signatures.failing_stack(row)
     assert ev.frames == ("iree_fault_segv", "fire", "pthread_join")
-    assert ev.source == stacks.StackTool.GDB_CORE.describe()
-    dump = stacks.parse((STACKS / "gdb_core_segv.txt").read_text())
+    assert ev.source == stacktext.StackTool.GDB_CORE.describe()
+    dump = stacktext.parse((STACKS / "gdb_core_segv.txt").read_text())
     assert dump.signal == "SIGSEGV" and dump.crashed is not None and dump.crashed.tid == 5365
 
 
@@ -123,23 +124,23 @@ def test_harness_and_threading_frames_never_enter_a_signature() -> None:
     text = ('Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent '
             'call first):\n  File "/x/stress/engine/patterns.py", line 3 in release\n'
             '  File "/usr/lib/python3.11/threading.py", line 982 in run\n')
-    dump = stacks.parse_faulthandler(text)
+    dump = stacktext.parse_faulthandler(text)
     assert dump.signal == "SIGSEGV"
     assert signatures.meaningful(dump.threads[0].frames) == []
 
 
 def test_the_engine_header_names_the_crashed_thread() -> None:
     body = (STACKS / "gdb_spin.txt").read_text().split("\n", 1)[1]
-    dump = stacks.parse("# core+gdb\n# thread 5009 took SIGSEGV; crashing frames: x\n" + body)
-    assert dump.tool is stacks.StackTool.GDB_CORE
+    dump = stacktext.parse("# core+gdb\n# thread 5009 took SIGSEGV; crashing frames: x\n" + body)
+    assert dump.tool is stacktext.StackTool.GDB_CORE
     assert dump.failing(native_tid=5003) is dump.thread(5009)
 
 
 @pytest.mark.parametrize("sample", sorted(p.name for p in STACKS.glob("*.txt")
                                           if not p.name.startswith("victim")))
 def test_every_sample_parses_into_threads_with_frames(sample: str) -> None:
-    dump = stacks.parse((STACKS / sample).read_text())
-    assert dump.tool is not stacks.StackTool.UNKNOWN
+    dump = stacktext.parse((STACKS / sample).read_text())
+    assert dump.tool is not stacktext.StackTool.UNKNOWN
     assert len(dump.threads) >= 3 and all(t.frames for t in dump.threads)
 
 
@@ -149,7 +150,7 @@ def test_rules_are_read_from_files_a_user_can_extend(tmp_path: Path) -> None:
     with (tmp_path / "irrelevant.txt").open("a") as f:
         f.write("fire\n")
     r = signatures.Rules.load(tmp_path)
-    dump = stacks.parse((STACKS / "pyspy_spin.txt").read_text())
+    dump = stacktext.parse((STACKS / "pyspy_spin.txt").read_text())
     frames = signatures.meaningful(dump.thread(5009).frames, r)  # type: ignore[union-attr]
     assert signatures.key_frames(frames, r)[:2] == ("iree_fault_spin", "pthread_join")
     (tmp_path / "prefix.txt").write_text("# broken\n(unclosed\n")
@@ -201,7 +202,7 @@ def test_cpu_specific_libc_variants_keep_one_id_across_machines() -> None:
                 "#1  0x00007f in ?? () from /lib/x86_64-linux-gnu/libffi.so.8\n"
                 "#2  0x00007f in iree_hal_buffer_map_zero () from /x/libiree_runtime.so.3\n"
                 "#3  0x00007f in _PyEval_EvalFrameDefault () at Python/ceval.c:3113\n")
-        thread = stacks.parse_gdb(text).crashed
+        thread = stacktext.parse_gdb(text).crashed
         assert thread is not None
         return signatures.key_frames(signatures.meaningful(thread.frames, crashed=True))
 

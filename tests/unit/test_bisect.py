@@ -23,7 +23,7 @@ from stress.verdicts.bisect import (
     render,
     stored_trials,
 )
-from stress.verdicts.compare import Cached, Trial, TrialCache
+from stress.verdicts.trials import Cached, Trial, TrialCache
 
 
 class Stacks:

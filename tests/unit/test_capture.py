@@ -9,10 +9,14 @@ import sys
 from pathlib import Path
 
 from stress.engine import capture
-from stress.engine.callstacks import Stacks, StackSource, ThreadStack
+from stress.engine.callstacks import Stacks, StackSource
 from stress.engine.journal import JournalWriter, Step
 from stress.engine.workermanage import WorkerHandle
+from stress.stacktext import Frame, ThreadStack
 
+
+def frames(*names: str) -> list[Frame]:
+    return [Frame(n) for n in names]
 
 def handle(tmp_path: Path, journal: Path) -> WorkerHandle:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -40,10 +44,12 @@ def test_a_thread_only_waiting_for_the_gil_passes_the_blame_to_the_one_holding_i
     for slot, tid in ((victim.slot, 1111), (culprit.slot, 2222)):
         struct.pack_into("<QQ", w._mm, j._slot_offset(slot, w.ring_len), tid, 0)
     stacks = Stacks(StackSource.PYSPY, "", threads=[
-        ThreadStack(1111, "job-0", ["futex_wait", "take_gil", "PyEval_RestoreThread"]),
-        ThreadStack(2222, "job-1", ["syscall", "iree_fault_block", "pthread_join"])])
+        ThreadStack(1111, name="job-0", frames=frames("futex_wait", "take_gil",
+                                                      "PyEval_RestoreThread")),
+        ThreadStack(2222, name="job-1", frames=frames("syscall", "iree_fault_block",
+                                                      "pthread_join"))])
     assert capture._culprit_slot(h, victim.slot, stacks) == culprit.slot
-    stacks.threads[1].frames = ["take_gil"]  # both wait: nobody better to blame
+    stacks.threads[1].frames = frames("take_gil")  # both wait: nobody better to blame
     assert capture._culprit_slot(h, victim.slot, stacks) == victim.slot
     h.close()
 
@@ -72,7 +78,7 @@ def test_a_core_that_names_another_thread_than_the_journal_blamed_is_said_in_the
     from stress.engine import evidence, kernellog
 
     stacks = Stacks(StackSource.CORE_GDB, "", crashed_tid=2222,
-                    threads=[ThreadStack(2222, None, ["boom"])], signal=11)
+                    threads=[ThreadStack(2222, frames=frames("boom"))], signal=11)
     fut: Future[evidence.CrashEvidence] = Future()
     fut.set_result(evidence.CrashEvidence(stacks, kernellog.KernelLog(None)))
     updates: list[tuple[int, dict[str, object], int | None]] = []

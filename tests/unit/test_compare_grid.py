@@ -8,16 +8,10 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from stress.cli import cli
-from stress.verdicts.compare import (
-    Cached,
-    Trial,
-    TrialCache,
-    Verdict,
-    compare_grid,
-    grid_exit_code,
-    render_grid,
-)
-from stress.verdicts.stacks import Stack, cross
+from stress.runtimes.spec import Stack, cross
+from stress.verdicts.compare import Verdict
+from stress.verdicts.grid import compare_grid, grid_exit_code, render_grid
+from stress.verdicts.trials import Cached, Trial, TrialCache
 
 
 def test_crossing_takes_the_iree_side_of_one_and_the_rocm_side_of_the_other() -> None:

@@ -14,15 +14,8 @@ from click.testing import CliRunner
 
 from stress.cli import cli
 from stress.soak import SoakOptions
-from stress.verdicts.compare import (
-    Cached,
-    SoakTrials,
-    Trial,
-    TrialCache,
-    Verdict,
-    compare,
-    render,
-)
+from stress.verdicts.compare import SoakTrials, Verdict, compare, render
+from stress.verdicts.trials import Cached, Trial, TrialCache
 
 
 class Arms:
@@ -168,7 +161,8 @@ class FakeSoak:
 def soak_trials(tmp_path: Path, summary: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
                 venv: str = "") -> tuple[SoakTrials, FakeSoak]:
     import stress.soak
-    from stress.verdicts.stacks import Built, Stack
+    from stress.runtimes.provision import Built
+    from stress.runtimes.spec import Stack
 
     fake = FakeSoak(summary)
     monkeypatch.setattr(stress.soak, "run_soak", fake)

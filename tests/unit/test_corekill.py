@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from stress.engine import callstacks, corekill, evidence, postmortem, procstate
-from stress.engine.callstacks import Debugger, Stacks, StackSource, ThreadStack
+from stress.engine.callstacks import Debugger, Stacks, StackSource
+from stress.stacktext import Frame, ThreadStack
 
 SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
 BIG_EXIT = ("import os, sys\nheld = bytearray(1 << 30)\nfor i in range(0, len(held), 4096):\n"
@@ -189,7 +190,7 @@ def test_a_process_that_handles_sigquit_is_cored_by_sigabrt(tmp_path: Path) -> N
 
 
 def test_no_core_is_wanted_when_live_native_frames_exist_or_the_folder_is_the_users() -> None:
-    native = Stacks(StackSource.PYSPY, "x", threads=[ThreadStack(1, "t", ["f"])])
+    native = Stacks(StackSource.PYSPY, "x", threads=[ThreadStack(1, name="t", frames=[Frame("f")])])
     none = Stacks(StackSource.NONE, "")
     assert not corekill.wanted(native, own_cwd=True)
     assert not corekill.wanted(none, own_cwd=False)

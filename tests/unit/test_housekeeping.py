@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from stress import housekeeping as hk
-from stress.verdicts import stacks
+from stress.runtimes import provision
 
 DAY = 86400.0
 
@@ -59,4 +59,4 @@ def test_sizes_parse(text: str, n: float) -> None:
 
 
 def test_the_cache_layout_is_the_one_stacks_builds() -> None:
-    assert (hk.STACKS_DIR, hk.LAST_USED) == (stacks.STACKS_DIR, stacks.LAST_USED)
+    assert (hk.STACKS_DIR, hk.LAST_USED) == (provision.STACKS_DIR, provision.LAST_USED)

@@ -1,5 +1,6 @@
-"""Stack files (issue 11): errors name the file and line before anything runs; argv built
-without a shell; the HIP library bound by path; worker facts checked against the stack."""
+"""Runtime stacks (stress.runtimes, issue 11): errors name the file and line before anything
+runs; argv built without a shell; the HIP library bound by path; worker facts checked against
+the stack."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from stress.errors import UsageError
-from stress.verdicts import stacks
-from stress.verdicts.stacks import Built, Stack, StackError
+from stress.runtimes import provision, spec
+from stress.runtimes.provision import Built
+from stress.runtimes.spec import Stack, StackError
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -37,7 +39,7 @@ env = { AMD_LOG_LEVEL = "1" }
 [stacks.faulty]
 env = { IREE_STRESS_INJECT = "segv@invoke:0.02" }
 """)
-    got = stacks.load(f)
+    got = spec.load(f)
     assert list(got) == ["iree-3.12", "therock", "faulty"]
     rock = got["therock"]
     assert rock.runtime_version == "3.10.0rc20251201"
@@ -64,7 +66,7 @@ def test_a_bad_stack_file_is_one_line_with_file_line_and_reason(
         tmp_path: Path, body: str, line: int, words: str) -> None:
     f = write(tmp_path, body)
     with pytest.raises(UsageError) as exc:
-        stacks.load(f)
+        spec.load(f)
     msg = str(exc.value)
     assert msg.startswith(f"{f}:{line}: ")
     assert words in msg
@@ -74,12 +76,12 @@ def test_a_bad_stack_file_is_one_line_with_file_line_and_reason(
 def test_install_uses_index_url_never_extra_index_url_and_no_shell() -> None:
     venv = Path("/cache/stacks/x")
     evil = "rocm[libraries]==7.11.0a20251201; rm -rf /"
-    argv = stacks.install_argv(venv, [evil], "https://idx.invalid/v2/", ["/w a$(id)"], None)
+    argv = provision.install_argv(venv, [evil], "https://idx.invalid/v2/", ["/w a$(id)"], None)
     assert argv[:3] == ["/cache/stacks/x/bin/python", "-m", "pip"]
     assert "--index-url" in argv and "--extra-index-url" not in argv
     assert argv[-1] == evil  # one argument, never parsed by a shell
     assert argv[argv.index("--find-links") + 1] == "/w a$(id)"
-    uv = stacks.install_argv(venv, ["numpy"], "", [], "/usr/bin/uv")
+    uv = provision.install_argv(venv, ["numpy"], "", [], "/usr/bin/uv")
     assert uv[:5] == ["/usr/bin/uv", "pip", "install", "--python", "/cache/stacks/x/bin/python"]
 
 
@@ -88,7 +90,7 @@ def test_a_stack_with_a_rocm_folder_binds_its_hip_library_by_exact_path(tmp_path
     lib.mkdir(parents=True)
     (lib / "libamdhip64.so.7").write_bytes(b"")
     f = write(tmp_path, '[stacks.tar]\nrocm = "rocm"\n')
-    built = stacks.build(stacks.load(f)["tar"], tmp_path / "cache")
+    built = provision.build(spec.load(f)["tar"], tmp_path / "cache")
     assert built.python == sys.executable  # env-only: no venv of its own
     assert built.env["IREE_HIP_DYLIB_PATH"] == f"file:{lib / 'libamdhip64.so.7'}"
 
@@ -100,7 +102,7 @@ def test_a_rocm_tarball_is_unpacked_once_into_the_cache(tmp_path: Path) -> None:
     tarball = Path(shutil.make_archive(str(tmp_path / "therock-dist"), "gztar",
                                        tmp_path / "tree"))
     f = write(tmp_path, f'[stacks.tar]\nrocm = "{tarball}"\n')
-    built = stacks.build(stacks.load(f)["tar"], tmp_path / "cache")
+    built = provision.build(spec.load(f)["tar"], tmp_path / "cache")
     path = built.env["IREE_HIP_DYLIB_PATH"].removeprefix("file:")
     assert Path(path).read_bytes() == b"elf"
     assert str(tmp_path / "cache") in path
@@ -110,7 +112,7 @@ def test_a_rocm_folder_without_hip_is_a_stack_error(tmp_path: Path) -> None:
     (tmp_path / "rocm" / "lib").mkdir(parents=True)
     f = write(tmp_path, '[stacks.tar]\nrocm = "rocm"\n')
     with pytest.raises(StackError, match="no libamdhip64.so"):
-        stacks.build(stacks.load(f)["tar"], tmp_path / "cache")
+        provision.build(spec.load(f)["tar"], tmp_path / "cache")
 
 
 def built_for(venv: str = "/c/stacks/a", hip: str = "") -> Built:
@@ -123,13 +125,13 @@ def test_workers_that_ran_the_stack_pass_the_check(tmp_path: Path) -> None:
     (venv / "lib" / "iree" / "runtime").mkdir(parents=True)
     facts = {"iree_runtime": "3.12.0rc20260917",
              "iree_runtime_path": str(venv / "lib" / "iree" / "runtime")}
-    assert stacks.check_facts(built_for(str(venv)), facts) == []
+    assert provision.check_facts(built_for(str(venv)), facts) == []
 
 
 def test_another_runtime_or_another_interpreters_iree_is_an_error(tmp_path: Path) -> None:
     facts = {"iree_runtime": "3.13.0rc20261016",
              "iree_runtime_path": "/usr/lib/python3/site-packages/iree/runtime"}
-    problems = stacks.check_facts(built_for(str(tmp_path / "v")), facts)
+    problems = provision.check_facts(built_for(str(tmp_path / "v")), facts)
     assert any("3.13.0rc20261016" in p and "3.12.0" in p for p in problems)
     assert any("not from the stack's venv" in p for p in problems)
 
@@ -142,12 +144,12 @@ def test_a_hip_library_other_than_the_bound_one_is_an_error(tmp_path: Path) -> N
     facts = {"iree_runtime": "3.12.0", "iree_runtime_path": str(venv / "iree"),
              "loaded_gpu_libraries": ["/opt/rocm/lib/libamdhip64.so.6"],
              "device_info": "amdhip64_dylib_path: /opt/rocm/lib/libamdhip64.so.6"}
-    problems = stacks.check_facts(built_for(str(venv), str(bound)), facts)
+    problems = provision.check_facts(built_for(str(venv), str(bound)), facts)
     assert len(problems) == 2
     assert all("/opt/rocm/lib/libamdhip64.so.6" in p for p in problems)
     ok = {**facts, "loaded_gpu_libraries": [str(bound)],
           "device_info": f"amdhip64_dylib_path: {bound}"}
-    assert stacks.check_facts(built_for(str(venv), str(bound)), ok) == []
+    assert provision.check_facts(built_for(str(venv), str(bound)), ok) == []
 
 
 def test_a_build_step_shows_its_step_time_and_pips_current_line_while_it_runs() -> None:
@@ -160,12 +162,12 @@ def test_a_build_step_shows_its_step_time_and_pips_current_line_while_it_runs() 
     log = Log(True, out)
     script = "print('Collecting numpy'); print('Collecting click'); print('Installing numpy')"
     stack = Stack(name="s", path="stacks.toml", line=1)
-    got = stacks._run([sys.executable, "-c", script], "install of requirements", stack,
+    got = provision._run([sys.executable, "-c", script], "install of requirements", stack,
                       status=log, step="step 2/3 install of requirements")
     assert got.splitlines() == ["Collecting numpy", "Collecting click", "Installing numpy"]
     first = out.getvalue().splitlines()[0]
     assert first.startswith("stack s: step 2/3 install of requirements, 0 s")
     assert first.endswith(": Collecting numpy")
     with pytest.raises(StackError, match="exited 3: boom"):
-        stacks._run([sys.executable, "-c", "import sys; print('boom', file=sys.stderr); "
+        provision._run([sys.executable, "-c", "import sys; print('boom', file=sys.stderr); "
                      "sys.exit(3)"], "venv", stack)
