@@ -24,6 +24,7 @@ from stress.options import (
     target_option,
 )
 from stress.ui import Log, Status, erase_live
+from stress.vocab import Engine, RunStatus
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -34,8 +35,8 @@ def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """What runs each job (soak and gate): our Python workers, the user's command after `--`
     (docs/exec.md) or IREE's own tools (docs/native.md)."""
     decorators = [
-        click.option("--engine", type=click.Choice(["python", "exec", "native"]),
-                     default="python", show_default=True, envvar="IREE_STRESS_ENGINE",
+        click.option("--engine", type=click.Choice([e.value for e in Engine]),
+                     default=Engine.PYTHON.value, show_default=True, envvar="IREE_STRESS_ENGINE",
                      show_envvar=True,
                      help="python: our workers; exec: the command after `--`, one process "
                           "per job; native: iree-run-module processes."),
@@ -210,7 +211,7 @@ def soak_exit_code(summary: dict[str, Any]) -> int:
     cannot vouch for its own result (interrupted, store failure, harness errors); else 0."""
     if summary["failed"]:
         return EXIT_FAILURES
-    if summary["status"] != "completed" or summary.get("harness_errors"):
+    if summary["status"] != RunStatus.COMPLETED or summary.get("harness_errors"):
         return EXIT_INCONCLUSIVE
     return EXIT_OK
 

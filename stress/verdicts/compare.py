@@ -43,6 +43,7 @@ from stress.analysis.stats import (
 )
 from stress.errors import UsageError
 from stress.programs.cache import atomic_write
+from stress.vocab import Engine, RunStatus
 
 THETA1: float = 0.8  # H1 of the paired test: B fails alone in 80% of discordant pairs. 0.75
 #   needs 8 discordant pairs to decide (~32 trials at a 50% flake), 0.8 needs 7, and still
@@ -328,20 +329,9 @@ def render(r: CompareResult) -> str:
 
 # --- the real trials: soaks under built stacks -----------------------------------------------
 
-class Engine(enum.Enum):
-    """What runs a trial's jobs (`--engine`): what a trial must show to count as a result."""
-
-    PYTHON = "python"  # our workers: each reports the runtime it imported
-    NATIVE = "native"  # IREE's tools from the stack's runtime package: no Python worker
-    EXEC = "exec"  # the user's command: it never imports iree.runtime, it has no programs
-
-    def describe(self) -> str:
-        return {Engine.PYTHON: "Python workers", Engine.NATIVE: "IREE's tool processes",
-                Engine.EXEC: "the command after `--`"}[self]
-
-
 def engine_of(base: Any) -> Engine:
-    return Engine(getattr(base, "engine", "python") or "python")
+    """What runs a trial's jobs (`--engine`): what a trial must show to count as a result."""
+    return Engine(getattr(base, "engine", None) or Engine.PYTHON.value)
 
 
 def trial_problem(engine: Engine, summary: dict[str, Any], run_dir: Path) -> str:
@@ -457,7 +447,7 @@ class SoakTrials:
         if summary.get("harness_errors"):
             harness = (f"{summary['harness_errors']} worker(s) could not start "
                        f"(harness errors; see {run_dir})")
-        elif summary.get("status") == "failed":  # the soak itself broke: not a result
+        elif summary.get("status") == RunStatus.FAILED:  # the soak itself broke: not a result
             harness = f"the soak failed: {summary.get('stop_reason') or '?'} (see {run_dir})"
         elif problems:
             harness = "; ".join(problems)

@@ -57,7 +57,7 @@ from stress.analysis.stats import (
 )
 from stress.engine.session import Outcome
 from stress.errors import UsageError
-from stress.vocab import FailureClass
+from stress.vocab import Engine, FailureClass, RunStatus, StopReason, WorkerOutcome
 
 # p0 = R / 4: a quarter of the bound is "clearly fine". A narrower zone (R/2) needs ~2.5x the
 # jobs to decide; a wider one (R/10) passes only stacks far below the bound. The target
@@ -295,9 +295,9 @@ def _shards(runs: Sequence[dict[str, Any]]) -> tuple[list[int], int, list[str]]:
 def _trust_problems(data: rundata.RunData) -> list[str]:
     out: list[str] = []
     for r in data.runs:
-        if r["status"] not in ("completed",):
+        if r["status"] != RunStatus.COMPLETED:
             out.append(f"run {r['run_id']} {r['status']}: {r.get('stop_reason') or '?'}")
-    harness = [w for w in data.workers if w.get("outcome") == "harness"]
+    harness = [w for w in data.workers if w.get("outcome") == WorkerOutcome.HARNESS]
     if harness:
         out.append(f"{len(harness)} worker(s) failed in iree-stress's own code (harness)")
     if data.runs and not data.jobs and not data.failures:
@@ -474,7 +474,7 @@ class GateObserver:
 
 def _stop_reason(decision: Decision) -> str:
     verdict = Verdict.PASS if decision is Decision.ACCEPT_H0 else Verdict.FAIL
-    return f"gate decided: {verdict.value} ({decision.describe()})"
+    return StopReason.GATE.text(f"{verdict.value} ({decision.describe()})")
 
 
 def gate_run_dir(results: Path | None) -> Path:
@@ -501,9 +501,9 @@ def run_gate(opts: Any, spec: GateSpec) -> GateResult:
     from stress.soak import run_soak
 
     opts.results = gate_run_dir(opts.results)
-    if opts.max_jobs_per_worker is None and opts.engine == "python":
+    if opts.max_jobs_per_worker is None and Engine.of(opts.engine) is Engine.PYTHON:
         opts.max_jobs_per_worker = GATE_JOBS_PER_WORKER
     observer = GateObserver(spec, opts.results)
     summary = run_soak(opts, observer=observer)
-    reason = summary.get("stop_reason") or ""
-    return evaluate([opts.results], spec, budget_ended=reason.startswith("duration reached"))
+    stopped = StopReason.of(summary.get("stop_reason"))
+    return evaluate([opts.results], spec, budget_ended=stopped is StopReason.DURATION)
