@@ -292,7 +292,7 @@ def gate(**kw: Any) -> None:
 
     from stress.programs.cache import atomic_write
     from stress.verdicts import gate as gate_mod
-    from stress.verdicts import gate_outputs
+    from stress.verdicts import gate_live, gate_outputs
 
     if kw["max_rate"] is None:
         raise UsageError("gate needs --max-rate (e.g. 0.01: at most 1% of jobs failing)")
@@ -304,7 +304,7 @@ def gate(**kw: Any) -> None:
     else:
         opts = apply_engine(soak_options_from(kw, kw["duration"], not kw["quiet"],
                                               sys.argv[2:]), kw)
-        result = gate_mod.run_gate(opts, spec)
+        result = gate_live.run_gate(opts, spec)
     if kw["as_json"]:
         click.echo(json.dumps(result.as_dict()))
     else:
