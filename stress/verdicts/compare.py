@@ -4,7 +4,7 @@ A trial is one whole soak under one stack. Trials run in pairs, A then B, pair i
 `seed + i` for both, so machine drift and the job mix hit both alike. A trial *failed* when its
 soak recorded any failure (the unit is the trial: failures inside one soak share fate).
 
-Decision, sequential: two PairedSprt (stats) on the pairs, one for "B worse", one with the arms
+Decision, sequential: two PairedSprt (sequential) on the pairs, one for "B worse", one with the arms
 swapped for "A worse"; only discordant pairs (one arm failed, the other not) carry information.
 The first to accept its H1 decides; both accepting H0 is `no difference shown`. When neither
 decides within the trial budget, Fisher's exact test on the per-trial counts decides at the end
@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stress.analysis.bayes import prob_greater
+from stress.analysis.sequential import Decision, PairedSprt
 from stress.analysis.stats import (
     Alternative,
-    Decision,
-    PairedSprt,
     Rate,
     benjamini_hochberg,
     compare_rates,

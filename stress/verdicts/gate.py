@@ -6,7 +6,7 @@ crash or hang was pinned on it, by a signature that is not in `--known`. Jobs sh
 their worker process (one crash ends the process's remaining jobs, a process in a bad state
 fails in runs), so the worker process (pid) is the cluster, as in `stress.analysis.stats`.
 
-Sequential design. Wald's sequential probability ratio test (`stats.BernoulliSprt`) of
+Sequential design. Wald's sequential probability ratio test (`sequential.BernoulliSprt`) of
 H0: p = R/4 against H1: p = R, where R is `--max-rate`, alpha = beta = 1 - `--confidence`.
 The log likelihood ratio is divided by the design effect of the data so far (Kish: n units
 that cluster are worth n/deff independent ones; deff from the cluster jackknife of
@@ -44,10 +44,9 @@ from typing import Any
 from stress.analysis import known as known_mod
 from stress.analysis import rundata, signatures
 from stress.analysis.exposure import failing_exits, job_clusters, job_key
+from stress.analysis.sequential import BernoulliSprt, Decision
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import (
-    BernoulliSprt,
-    Decision,
     Rate,
     Unit,
     cluster_design_effect_of_shapes,

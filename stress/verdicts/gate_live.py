@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.analysis import rundata, signatures
-from stress.analysis.stats import Decision
+from stress.analysis.sequential import Decision
 from stress.engine.session import Outcome
 from stress.verdicts.gate import (
     GATE_JOBS_PER_WORKER,

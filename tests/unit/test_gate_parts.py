@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stress.analysis.known import load as load_known
-from stress.analysis.stats import Decision
+from stress.analysis.sequential import Decision
 from stress.errors import UsageError
 from stress.verdicts.gate import (
     GateSpec,
