@@ -11,7 +11,7 @@ import click
 from click.core import ParameterSource
 
 from stress.errors import UsageError
-from stress.vocab import Engine
+from stress.vocab import Engine, Family, family
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -143,9 +143,8 @@ def run_options(f: F) -> F:
                      help="Threads per worker."),
         option("--patterns", "patterns", aliases=RENAMED["--patterns"], multiple=True,
                metavar="NAMES",
-                     help="Lifecycle patterns (comma list or repeatable; default all): shared, "
-                          "per-thread, per-call, churn, instance-churn, cross-thread, "
-                          "process-per-job."),
+                     help="Lifecycle patterns (comma list or repeatable; default all): "
+                          f"{', '.join(family(Family.CORE))}."),
         programs_option,
         click.option("--invocations", "-n", type=click.IntRange(1),
                      help="Stop after this many planned invocations (of this shard)."),

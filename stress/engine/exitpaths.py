@@ -19,7 +19,7 @@ exit() and the ELF destructors, where the driver's teardown runs. The worker cal
 after `bye`; a pattern's `run` only records which path the process takes and keeps alive what
 that path needs (in __main__'s globals, so nothing is released before the interpreter's own
 teardown).
-Runs inside the worker: numpy, iree.runtime and stress.engine only.
+Runs inside the worker: numpy, iree.runtime, stress.engine and stress.vocab only.
 """
 
 from __future__ import annotations
