@@ -24,7 +24,7 @@ from stress.store import rundir
 from stress.store import summary as summary_mod
 from stress.store.db import RunStore
 from stress.ui import Status
-from stress.vocab import Engine, Family, family
+from stress.vocab import Engine, Family, RunStatus, StopReason, family
 
 
 @dataclass
@@ -159,8 +159,9 @@ class _Start:
             manifest = Session(config, self.folder.run_id, self.folder.files, store).manifest()
             store.start_run(self.folder.run_id, config.seed, config.command, manifest,
                             config.as_dict())
-            store.end_run(self.folder.run_id, "interrupted",
-                          f"interrupted by {signal} {self.where}, before the first job")
+            store.end_run(self.folder.run_id, RunStatus.INTERRUPTED.value,
+                          StopReason.INTERRUPTED.text(f"{signal} {self.where}, before the first "
+                                                      "job"))
         finally:
             store.close()
         self.status.done()
