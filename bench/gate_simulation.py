@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import header  # noqa: E402
-from stress.analysis.stats import Decision  # noqa: E402
+from stress.analysis.sequential import Decision  # noqa: E402
 from stress.verdicts.gate import (  # noqa: E402
     GATE_JOBS_PER_WORKER,
     GateSpec,

@@ -14,8 +14,11 @@ from stress.errors import UsageError, one_line, usage_line
 from stress.options import (
     RENAMED,
     Duration,
+    apply_engine,
     cache_option,
     compilers_option,
+    engine_options,
+    gpu_devices,
     option,
     programs_option,
     run_options,
@@ -24,39 +27,11 @@ from stress.options import (
     target_option,
 )
 from stress.ui import Log, Status, erase_live
+from stress.vocab import RunStatus
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
-
-
-def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """What runs each job (soak and gate): our Python workers, the user's command after `--`
-    (docs/exec.md) or IREE's own tools (docs/native.md)."""
-    decorators = [
-        click.option("--engine", type=click.Choice(["python", "exec", "native"]),
-                     default="python", show_default=True, envvar="IREE_STRESS_ENGINE",
-                     show_envvar=True,
-                     help="python: our workers; exec: the command after `--`, one process "
-                          "per job; native: iree-run-module processes."),
-        click.option("--done-regex", metavar="REGEX",
-                     help="exec: the command's output line saying its work is done; an exit "
-                          "later than --teardown-timeout after it is a teardown hang."),
-        click.option("--record", is_flag=True,
-                     help="native: record each job's HAL stream (kept for failures and a "
-                          "bounded sample)."),
-        click.argument("command", nargs=-1, type=click.UNPROCESSED),
-    ]
-    for d in reversed(decorators):
-        f = d(f)
-    return f
-
-
-def apply_engine(opts: Any, kw: dict[str, Any]) -> Any:
-    """Sets engine_options' values on SoakOptions."""
-    opts.engine, opts.command = kw["engine"], list(kw["command"])
-    opts.done_regex, opts.record = kw["done_regex"], kw["record"]
-    return opts
 
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -185,32 +160,12 @@ def soak(**kw: Any) -> None:
     sys.exit(soak_exit_code(summary))
 
 
-def gpu_devices(spec: str, target: str | None) -> str:
-    """`--gpus` as a device list for the target's driver (cuda, else rocm's hip), counting the
-    visible GPUs with the telemetry tools."""
-    from stress.engine import telemetry
-
-    backends = [b for b in ("cuda", "rocm") if target is None or target.startswith(b)]
-    if not backends:
-        raise UsageError(f"--gpus needs a GPU target (cuda or rocm), not {target}")
-    for backend in backends:
-        snap = telemetry.snapshot(backend)
-        if snap.get("gpus"):
-            driver = "cuda" if backend == "cuda" else "hip"
-            try:
-                return ",".join(telemetry.gpu_uris(driver, spec, len(snap["gpus"])))
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
-    raise UsageError(f"--gpus {spec}: no GPU found by the telemetry tools "
-                     f"({', '.join(backends)})")
-
-
 def soak_exit_code(summary: dict[str, Any]) -> int:
     """1 when failures were found (whatever else happened: they are real); else 3 when the run
     cannot vouch for its own result (interrupted, store failure, harness errors); else 0."""
     if summary["failed"]:
         return EXIT_FAILURES
-    if summary["status"] != "completed" or summary.get("harness_errors"):
+    if summary["status"] != RunStatus.COMPLETED or summary.get("harness_errors"):
         return EXIT_INCONCLUSIVE
     return EXIT_OK
 
@@ -291,7 +246,7 @@ def gate(**kw: Any) -> None:
 
     from stress.fs import atomic_write
     from stress.verdicts import gate as gate_mod
-    from stress.verdicts import gate_outputs
+    from stress.verdicts import gate_live, gate_outputs
 
     if kw["max_rate"] is None:
         raise UsageError("gate needs --max-rate (e.g. 0.01: at most 1% of jobs failing)")
@@ -303,7 +258,7 @@ def gate(**kw: Any) -> None:
     else:
         opts = apply_engine(soak_options_from(kw, kw["duration"], not kw["quiet"],
                                               sys.argv[2:]), kw)
-        result = gate_mod.run_gate(opts, spec)
+        result = gate_live.run_gate(opts, spec)
     if kw["as_json"]:
         click.echo(json.dumps(result.as_dict()))
     else:

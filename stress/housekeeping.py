@@ -22,6 +22,7 @@ from typing import Any
 
 from stress.errors import UsageError
 from stress.store.db import DB_NAME, connect
+from stress.vocab import RunStatus
 
 STACKS_DIR: str = "stacks"  # = stress.runtimes.provision.STACKS_DIR (not imported: this module
 #   stays light; tests/unit/test_housekeeping.py checks they agree)
@@ -124,8 +125,8 @@ def _run_entry(folder: Path) -> Entry:
         pass
     live = is_live(folder)
     if live:
-        status = "running"
-    elif status == "running":  # its soak is gone without ending the run (SIGKILL, power)
+        status = RunStatus.RUNNING.value
+    elif status == RunStatus.RUNNING:  # its soak is gone without ending the run (SIGKILL, power)
         status = "unfinished"
     if not started:
         started = folder.stat().st_mtime
@@ -181,7 +182,7 @@ def choose(entries: list[Entry], older_than_s: float | None, keep: int | None,
     run), or the union of what each cap removes: older than the age, beyond the `keep`
     newest, the oldest until the rest fits in `max_size`. Empty folders always go."""
     now = time.time() if now is None else now
-    removable = [e for e in entries if e.status != "running"]
+    removable = [e for e in entries if e.status != RunStatus.RUNNING]
     if everything:
         return removable
     out: dict[Path, Entry] = {e.path: e for e in removable if e.kind == "empty"}

@@ -10,7 +10,9 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from stress.errors import UsageError
 from stress.fs import ENV_CACHE_DIR, default_cache_dir
+from stress.vocab import Engine, Family, family
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -139,9 +141,8 @@ def run_options(f: F) -> F:
                      help="Threads per worker."),
         option("--patterns", "patterns", aliases=RENAMED["--patterns"], multiple=True,
                metavar="NAMES",
-                     help="Lifecycle patterns (comma list or repeatable; default all): shared, "
-                          "per-thread, per-call, churn, instance-churn, cross-thread, "
-                          "process-per-job."),
+                     help="Lifecycle patterns (comma list or repeatable; default all): "
+                          f"{', '.join(family(Family.CORE))}."),
         programs_option,
         click.option("--invocations", "-n", type=click.IntRange(1),
                      help="Stop after this many planned invocations (of this shard)."),
@@ -245,3 +246,55 @@ def soak_options_from(kw: dict[str, Any], duration_s: float | None, progress: bo
         compile_jobs=kw["compile_jobs"], progress=progress, argv=argv,
         max_jobs_per_worker=kw.get("max_jobs_per_worker"), resume=bool(kw.get("resume")),
         given=given, evidence_budget=kw.get("evidence_budget", 5))
+
+
+_ENGINE_CHOICES: list[str] = [e.value for e in (Engine.PYTHON, Engine.EXEC, Engine.NATIVE)]
+
+
+def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """What runs each job (soak and gate): our Python workers, the user's command after `--`
+    (docs/exec.md) or IREE's own tools (docs/native.md)."""
+    decorators = [
+        click.option("--engine", type=click.Choice(_ENGINE_CHOICES),
+                     default=Engine.PYTHON.value, show_default=True, envvar="IREE_STRESS_ENGINE",
+                     show_envvar=True,
+                     help="python: our workers; exec: the command after `--`, one process "
+                          "per job; native: iree-run-module processes."),
+        click.option("--done-regex", metavar="REGEX",
+                     help="exec: the command's output line saying its work is done; an exit "
+                          "later than --teardown-timeout after it is a teardown hang."),
+        click.option("--record", is_flag=True,
+                     help="native: record each job's HAL stream (kept for failures and a "
+                          "bounded sample)."),
+        click.argument("command", nargs=-1, type=click.UNPROCESSED),
+    ]
+    for d in reversed(decorators):
+        f = d(f)
+    return f
+
+
+def apply_engine(opts: Any, kw: dict[str, Any]) -> Any:
+    """Sets engine_options' values on SoakOptions."""
+    opts.engine, opts.command = kw["engine"], list(kw["command"])
+    opts.done_regex, opts.record = kw["done_regex"], kw["record"]
+    return opts
+
+
+def gpu_devices(spec: str, target: str | None) -> str:
+    """`--gpus` as a device list for the target's driver (cuda, else rocm's hip), counting the
+    visible GPUs with the telemetry tools."""
+    from stress.engine import telemetry
+
+    backends = [b for b in ("cuda", "rocm") if target is None or target.startswith(b)]
+    if not backends:
+        raise UsageError(f"--gpus needs a GPU target (cuda or rocm), not {target}")
+    for backend in backends:
+        snap = telemetry.snapshot(backend)
+        if snap.get("gpus"):
+            driver = "cuda" if backend == "cuda" else "hip"
+            try:
+                return ",".join(telemetry.gpu_uris(driver, spec, len(snap["gpus"])))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+    raise UsageError(f"--gpus {spec}: no GPU found by the telemetry tools "
+                     f"({', '.join(backends)})")

@@ -17,6 +17,7 @@ from stress.fs import default_cache_dir
 from stress.soak import SoakOptions, native_tools, run_soak
 from stress.store import readers
 from stress.store.db import DB_NAME
+from stress.vocab import Engine
 
 _STORE_LEVELS: int = 3  # FAILURE_DIR/../.. is the run folder; a resumed run's is one more up
 _REPLAY_TIMEOUT_S: float = 120.0  # one iree-run-replay of a recorded job's HAL stream
@@ -111,19 +112,20 @@ def repro_options(folder: Path, times: int, cfg: dict[str, Any], job: dict[str, 
     """The soak of `times` runs of the failure's job alone: the run's engine, program,
     pattern, input seed, command, environment, interpreter and deadlines; the artifact
     cache of this machine (IREE_STRESS_CACHE, else XDG_CACHE_HOME/iree-stress, as soak)."""
-    engine = cfg.get("engine", "python")
+    engine = Engine.of(cfg.get("engine"))
     return SoakOptions(
-        target=None if engine == "exec" else str(cfg.get("target") or "cpu"),
+        target=None if engine is Engine.EXEC else str(cfg.get("target") or "cpu"),
         device=cfg.get("device_uri") or None, workers=1, threads=int(cfg.get("threads", 2)),
-        patterns=[job["pattern"]] if engine != "exec" else [], programs=[job["program"]]
-        if engine != "exec" else [], program_files=[], duration_s=None,
-        invocations=times if engine != "python" else times * int(job["invocations"]),
+        patterns=[job["pattern"]] if engine is not Engine.EXEC else [],
+        programs=[job["program"]] if engine is not Engine.EXEC else [], program_files=[],
+        duration_s=None,
+        invocations=times if engine is not Engine.PYTHON else times * int(job["invocations"]),
         seed=int(cfg.get("seed", 0)), env=dict(cfg.get("env") or {}), max_failures=None,
         results=_out_dir(folder), timeout_s=float(cfg["timeout_s"]),
         teardown_timeout_s=float(cfg["teardown_timeout_s"]),
         max_worker_restarts=max(times, 50), inject=list(cfg.get("inject") or []),
         python=cfg.get("python"), shard=(0, 1), job_seed=int(job["seed"]),
-        cache_dir=default_cache_dir(), compile_jobs=2, progress=progress, engine=engine,
+        cache_dir=default_cache_dir(), compile_jobs=2, progress=progress, engine=engine.value,
         command=list(cfg.get("exec_argv") or []), done_regex=cfg.get("done_regex"),
         record=bool(cfg.get("record")),
         cwd=Path(cfg["exec_cwd"]) if cfg.get("exec_cwd") else None,

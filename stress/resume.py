@@ -21,6 +21,7 @@ from stress.engine.config import SoakConfig
 from stress.engine.jobs import schedule
 from stress.errors import UsageError
 from stress.programs.program import Program
+from stress.vocab import Engine
 
 # click parameter -> (SoakOptions field, config key, part of the plan)
 _CARRIED: tuple[tuple[str, str, str, bool], ...] = (
@@ -57,7 +58,7 @@ def _stored(key: str, cfg: dict[str, Any]) -> Any:
     if key == "env":
         return dict(value or {})
     if key == "engine":
-        return value or "python"
+        return value or Engine.PYTHON.value
     return value
 
 
@@ -88,7 +89,7 @@ def continue_plan(opts: Any, runs: list[dict[str, Any]]) -> Any:
                              f"{key.replace('_', ' ')} is {_show(stored)}, not "
                              f"{_show(getattr(opts, attr))}: a new plan needs a new --results "
                              "folder")
-    if changes.get("engine", opts.engine) == "exec":
+    if Engine.of(changes.get("engine", opts.engine)) is Engine.EXEC:
         if "command" not in opts.given and cfg.get("exec_cwd"):
             changes["cwd"] = Path(cfg["exec_cwd"])
         return replace(opts, **changes)

@@ -13,7 +13,6 @@ from typing import Any
 
 from stress.analysis.report import signature_summaries
 from stress.engine.config import DEFAULT_EVIDENCE_BUDGET, SoakConfig
-from stress.engine.patterns import ALL_PATTERNS, EXIT_FAMILY
 from stress.engine.phases import Phases
 from stress.engine.probe import LIBRARY_HINT, ProbeResult, probe
 from stress.engine.session import Observer, Session
@@ -25,6 +24,7 @@ from stress.store import rundir
 from stress.store import summary as summary_mod
 from stress.store.db import RunStore
 from stress.ui import Status
+from stress.vocab import Engine, Family, RunStatus, StopReason, family
 
 
 @dataclass
@@ -54,7 +54,7 @@ class SoakOptions:
     progress: bool
     artifacts: Path | None = None
     argv: list[str] = field(default_factory=list)
-    engine: str = "python"  # python | exec (the command after `--`) | native
+    engine: str = Engine.PYTHON.value  # python | exec (the command after `--`) | native
     command: list[str] = field(default_factory=list)  # exec: argv after `--`
     done_regex: str | None = None  # exec: the command's "work finished" line
     record: bool = False  # native: record HAL replays
@@ -70,17 +70,20 @@ class SoakOptions:
 def resolve_patterns(names: list[str]) -> list[str]:
     """`all` (the default): the in-process patterns and process-per-job; `exit`: the exit-path
     family (opt-in: exit-alive finds the known local-task exit-order crash on every run)."""
-    if not names:
-        names = ["all"]
+    return _resolve(names or [Family.CORE.value], (Family.CORE, Family.EXIT), "pattern(s)")
+
+
+def _resolve(names: list[str], families: tuple[Family, ...], what: str) -> list[str]:
+    """Family names expanded (registry order), then pattern names; duplicates once."""
+    groups = {f.value: family(f) for f in families}
+    known = [p for f in families for p in family(f)]
     out: list[str] = []
     for n in names:
-        group = list(ALL_PATTERNS) if n == "all" else list(EXIT_FAMILY) if n == "exit" else [n]
-        out += [p for p in group if p not in out]
-    known = [*ALL_PATTERNS, *EXIT_FAMILY]
+        out += [p for p in groups.get(n, (n,)) if p not in out]
     unknown = [n for n in out if n not in known]
     if unknown:
-        raise UsageError(f"unknown pattern(s) {', '.join(unknown)}; known: all, exit, "
-                         f"{', '.join(known)}")
+        raise UsageError(f"unknown {what} {', '.join(unknown)}; known: "
+                         f"{', '.join([*groups, *known])}")
     return out
 
 
@@ -156,8 +159,9 @@ class _Start:
             manifest = Session(config, self.folder.run_id, self.folder.files, store).manifest()
             store.start_run(self.folder.run_id, config.seed, config.command, manifest,
                             config.as_dict())
-            store.end_run(self.folder.run_id, "interrupted",
-                          f"interrupted by {signal} {self.where}, before the first job")
+            store.end_run(self.folder.run_id, RunStatus.INTERRUPTED.value,
+                          StopReason.INTERRUPTED.text(f"{signal} {self.where}, before the first "
+                                                      "job"))
         finally:
             store.close()
         self.status.done()
@@ -200,15 +204,15 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None,
     from stress import __version__
     from stress.resume import check_plan, continue_plan, planned_before
 
-    if opts.command and opts.engine != "exec" and not opts.resume:
+    if opts.command and Engine.of(opts.engine) is not Engine.EXEC and not opts.resume:
         raise UsageError("a command after `--` runs only with --engine exec")
     status = status or Status(opts.progress)
     previous = rundir.check_free(opts.results, opts.resume)  # refused before any work
     if previous:
         opts = continue_plan(opts, previous)
-    if opts.engine == "exec":
+    if Engine.of(opts.engine) is Engine.EXEC:
         return run_exec_soak(opts, observer, status)
-    native = opts.engine == "native"
+    native = Engine.of(opts.engine) is Engine.NATIVE
     if opts.record and not native:
         raise UsageError("--record records IREE's tools: it needs --engine native")
     if native and opts.inject:
@@ -399,7 +403,7 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None,
             duration = 20.0
         target = exec_target(opts.target)
         config = SoakConfig(
-            target=target, driver="exec", device_uri=opts.device or "",
+            target=target, driver=Engine.EXEC.value, device_uri=opts.device or "",
             programs=[program], artifacts={program.name: Path(exe)}, patterns=[EXEC_PATTERN],
             workers=opts.workers or 1, threads=1, seed=seed, duration_s=duration,
             invocations=opts.invocations, env=opts.env, max_failures=opts.max_failures,
@@ -408,7 +412,7 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None,
             max_worker_restarts=opts.max_worker_restarts, python=opts.python,
             shard=opts.shard, job_seed=opts.job_seed, job_scale=ONE_RUN_SCALE,
             command=_command(opts, seed), progress=opts.progress, tool_version=__version__,
-            engine="exec", exec_argv=command.argv, exec_cwd=str(command.cwd),
+            engine=Engine.EXEC.value, exec_argv=command.argv, exec_cwd=str(command.cwd),
             done_regex=opts.done_regex, repro_class=opts.repro_class,
             repro_runs=opts.repro_runs, evidence_budget=opts.evidence_budget)
         if folder.resumed:
@@ -427,14 +431,13 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None,
 
 def resolve_native_patterns(names: list[str]) -> list[str]:
     """native-run (the default), native-bench, or `all` for both."""
-    from stress.engine.native import NATIVE_PATTERNS, NATIVE_RUN
-
+    natives = family(Family.NATIVE)
     out: list[str] = []
-    for n in names or [NATIVE_RUN]:
-        for p in NATIVE_PATTERNS if n == "all" else (n,):
-            if p not in NATIVE_PATTERNS:
+    for n in names or natives[:1]:
+        for p in natives if n == Family.CORE.value else (n,):
+            if p not in natives:
                 raise UsageError(f"unknown native pattern {p!r}; known: all, "
-                                 f"{', '.join(NATIVE_PATTERNS)}")
+                                 f"{', '.join(natives)}")
             if p not in out:
                 out.append(p)
     return out

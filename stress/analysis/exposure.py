@@ -31,9 +31,8 @@ from stress.analysis.stats import (
     clustered_rate,
     compare_rates,
 )
+from stress.vocab import CONTROL_EXIT_PATHS
 
-# exit_path values of the control arm: the process leaves by os._exit, skipping exit handlers
-CONTROL_EXIT_PATHS: frozenset[str] = frozenset({"exit-os-exit", "os-exit", "os._exit"})
 ABLATION_FDR: float = 0.05  # a path "fails more than the control" at this false-discovery rate
 _TEARDOWN_CLASSES: frozenset[str] = frozenset({"crash", "teardown_hang", "error"})
 

@@ -26,7 +26,7 @@ from stress.analysis.stats import Rate, fmt_rate
 from stress.analysis.text import PATTERN_HEAD, failure_counts, pattern_rows, run_lines
 from stress.store import counts
 from stress.store import summary as summary_mod
-from stress.vocab import Engine
+from stress.vocab import Engine, FailureClass
 
 CORRELATED_SIGNATURES: int = 8  # signatures that get a correlation table
 FIRST_SCREEN: int = 6  # findings on the first screen; the rest are in the tables below
@@ -41,7 +41,7 @@ def _label(s: Signature) -> str:
     if s.frames or not s.key.message or s.cls == gpuidle.CLASS:
         return "frames"
     first = s.rows[0] if s.rows else {}
-    if s.cls == "failed" and s.key.message == signatures.tests_message(first):
+    if s.cls == FailureClass.FAILED and s.key.message == signatures.tests_message(first):
         return "tests"
     return "process" if s.key.message == signatures.child_message(first) else "last output"
 

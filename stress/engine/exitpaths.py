@@ -19,7 +19,7 @@ exit() and the ELF destructors, where the driver's teardown runs. The worker cal
 after `bye`; a pattern's `run` only records which path the process takes and keeps alive what
 that path needs (in __main__'s globals, so nothing is released before the interpreter's own
 teardown).
-Runs inside the worker: numpy, iree.runtime and stress.engine only.
+Runs inside the worker: numpy, iree.runtime, stress.engine and stress.vocab only.
 """
 
 from __future__ import annotations
@@ -30,16 +30,17 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from stress.engine.invocation import Device, JobResult, LoadedProgram
 from stress.engine.journal import SlotWriter, Step
+from stress.vocab import ExitPath as ExitPath  # (re-exported: session.py reads it here)
+from stress.vocab import Family, family
 
 if TYPE_CHECKING:  # patterns imports this module to register the family: no import cycle
     from stress.engine.patterns import Pattern, ThreadState, Work, WorkerContext
 
-FAMILY_NAME: str = "exit"  # `--patterns exit` selects every member
+FAMILY_NAME: str = Family.EXIT.value  # `--patterns exit` selects every member
 _HELPER_BOUND_S: float = 60.0  # a helper's invoke loop ends by itself after this long: the
 #   process should be gone in milliseconds; past the bound the parent's watchdog judges it
 _SIGTERM_WAIT_S: float = 10.0  # after SIGTERM to ourselves: death is immediate (SIG_DFL); if
@@ -50,39 +51,12 @@ _INFLIGHT_BYTES: int = 4 << 20  # per queued copy: large enough that copies are 
 _INFLIGHT_COPIES: int = 8  # chained on one timeline semaphore; nobody waits for the last
 
 
-class ExitPath(str, Enum):
-    """How a job process leaves once its work is reported."""
-
-    CLEAN = "exit-clean"
-    ALIVE = "exit-alive"
-    INFLIGHT = "exit-inflight"
-    THREAD = "exit-thread"
-    SIGTERM = "exit-sigterm"
-    OS_EXIT = "exit-os-exit"
-
-    def describe(self) -> str:
-        return _DESCRIPTIONS[self]
-
-    @property
-    def runs_exit_handlers(self) -> bool:
-        """Whether the process leaves through atexit, exit() and the ELF destructors."""
-        return self not in (ExitPath.SIGTERM, ExitPath.OS_EXIT)
-
-
-_DESCRIPTIONS: dict[ExitPath, str] = {
-    ExitPath.CLEAN: "release everything in order, then exit normally",
-    ExitPath.ALIVE: "exit normally with the device, program and buffers still alive",
-    ExitPath.INFLIGHT: "exit normally with queued copies still in flight (never waited on)",
-    ExitPath.THREAD: "exit normally while a second thread still invokes on the device",
-    ExitPath.SIGTERM: "SIGTERM arrives while a second thread invokes (expected: that death)",
-    ExitPath.OS_EXIT: "release everything, then os._exit: no exit handlers (control arm)",
-}
-FAMILY: tuple[str, ...] = tuple(p.value for p in ExitPath)
+FAMILY: tuple[str, ...] = family(Family.EXIT)
 
 
 def expected_returncode(path: ExitPath) -> int:
     """The Popen-style returncode a job process of `path` ends with when nothing goes wrong."""
-    return -int(signal.SIGTERM) if path is ExitPath.SIGTERM else 0
+    return path.expected_returncode
 
 
 @dataclass

@@ -10,16 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from stress.programs.program import Program
+from stress.vocab import DEFAULT_INVOCATIONS, PATTERNS
 
-# Invocations per job, per pattern: sized so one job takes roughly 5-50 ms on cpu; per-call
-# and process-per-job pay a device (or a process) per call, which is slow on GPUs by nature.
-BASE_INVOCATIONS: dict[str, int] = {
-    "shared": 100, "per-thread": 100, "per-call": 8, "churn": 24, "instance-churn": 12,
-    "cross-thread": 24, "process-per-job": 20,
-    # the exit family exists for its process exit: a few checked invocations, then the exit
-    "exit-clean": 4, "exit-alive": 4, "exit-inflight": 4, "exit-thread": 4, "exit-sigterm": 4,
-    "exit-os-exit": 4,
-}
+# Invocations per job, per pattern (the registry's, stress/vocab.py)
+BASE_INVOCATIONS: dict[str, int] = {p.name: p.invocations for p in PATTERNS.values()}
 _ELEMENTS_FOR_FULL_JOB: int = 1 << 16  # larger programs get proportionally fewer invocations
 
 
@@ -60,7 +54,7 @@ def mix(*keys: int) -> int:
 
 
 def invocations_for(pattern: str, program: Program, scale: float = 1.0) -> int:
-    base = BASE_INVOCATIONS.get(pattern, 20) * scale
+    base = BASE_INVOCATIONS.get(pattern, DEFAULT_INVOCATIONS) * scale
     shrink = min(1.0, _ELEMENTS_FOR_FULL_JOB / max(1, program.elements))
     return max(1, int(round(base * max(shrink, 0.05))))
 

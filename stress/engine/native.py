@@ -41,10 +41,10 @@ from stress.engine.watchdog import Stuck
 from stress.engine.workermanage import LaunchSpec, Proc, WorkerHandle
 from stress.programs import dtypes
 from stress.programs.program import Program, Role, make_inputs
+from stress.vocab import Family, family
 
-NATIVE_RUN: str = "native-run"
-NATIVE_BENCH: str = "native-bench"
-NATIVE_PATTERNS: tuple[str, ...] = (NATIVE_RUN, NATIVE_BENCH)
+NATIVE_PATTERNS: tuple[str, ...] = family(Family.NATIVE)  # (the registry's, stress/vocab.py)
+NATIVE_RUN, NATIVE_BENCH = NATIVE_PATTERNS
 BENCH_INVOCATIONS: int = 100  # per iree-benchmark-module process: ~50 ms of a small program
 _SLOT_MARKER: str = ".slot"  # keeps a slot's core folder non-empty (never tidied away)
 _LOG_KEEP_BYTES: int = 256 << 10  # a slot's log is emptied past this (a tool's banner is ~50 B)

@@ -34,6 +34,7 @@ from stress.engine.jobs import Job
 from stress.engine.journal import JournalWriter, SlotWriter, Step
 from stress.engine.patterns import PATTERNS, ThreadState, Work, WorkerContext
 from stress.programs.program import Program, make_inputs
+from stress.vocab import exit_path_of, pattern
 
 _PR_SET_PDEATHSIG = 1  # linux prctl: signal us when the parent dies (no orphans, even on SIGKILL)
 _PR_SET_PTRACER = 0x59616D61  # linux prctl (Yama): let this pid ptrace us (stacks, non-root CI)
@@ -210,7 +211,7 @@ class Worker:
                 job = self.jobs.get()
                 if job is None:
                     break
-                if job.pattern in exitpaths.FAMILY:
+                if exit_path_of(job.pattern) is not None:
                     self.main_jobs.put(job)
                     continue
                 self.run_job(state, job)
@@ -240,7 +241,8 @@ class Worker:
             result.note(FailureNote("error", label, message, -1, 0), writer,
                         getattr(exc, "failure_window", None))
         writer.end(Step.JOB, aux=job.invocations)
-        if job.pattern == "shared":
+        spec = pattern(job.pattern)
+        if spec is not None and spec.shares_device:
             self.last_shared_job = job.index
         self.msg.send("job_done", {"job": job.as_dict(), "started": started,
                                    "ended": time.time(), "result": result.as_dict(),

@@ -11,6 +11,7 @@ from typing import Any
 from stress.fs import atomic_write
 from stress.store import counts
 from stress.store.db import DB_NAME, connect
+from stress.vocab import STATUS_ORDER
 
 SUMMARY_NAME = "summary.json"
 _DETAIL_LIMIT: int = 500  # failures listed in failures_detail; counts always cover all
@@ -57,7 +58,7 @@ def _build_one(db: sqlite3.Connection, run_dir: Path, run: sqlite3.Row) -> dict[
     }
 
 
-_STATUS_ORDER: tuple[str, ...] = ("failed", "interrupted", "running", "completed")
+_STATUS_ORDER: tuple[str, ...] = tuple(st.value for st in STATUS_ORDER)
 
 
 def _build_merged(db: sqlite3.Connection, run_dir: Path,

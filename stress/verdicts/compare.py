@@ -4,7 +4,7 @@ A trial is one whole soak under one stack. Trials run in pairs, A then B, pair i
 `seed + i` for both, so machine drift and the job mix hit both alike. A trial *failed* when its
 soak recorded any failure (the unit is the trial: failures inside one soak share fate).
 
-Decision, sequential: two PairedSprt (stats) on the pairs, one for "B worse", one with the arms
+Decision, sequential: two PairedSprt (sequential) on the pairs, one for "B worse", one with the arms
 swapped for "A worse"; only discordant pairs (one arm failed, the other not) carry information.
 The first to accept its H1 decides; both accepting H0 is `no difference shown`. When neither
 decides within the trial budget, Fisher's exact test on the per-trial counts decides at the end
@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from stress.analysis.bayes import prob_greater
+from stress.analysis.sequential import Decision, PairedSprt
 from stress.analysis.stats import (
     Alternative,
-    Decision,
-    PairedSprt,
     Rate,
     benjamini_hochberg,
     compare_rates,
@@ -43,6 +42,7 @@ from stress.analysis.stats import (
 from stress.errors import UsageError
 from stress.fs import atomic_write
 from stress.verdicts.trials import Cached, Trial, TrialCache, TrialRunner, plan_key
+from stress.vocab import Engine, RunStatus
 
 THETA1: float = 0.8  # H1 of the paired test: B fails alone in 80% of discordant pairs. 0.75
 #   needs 8 discordant pairs to decide (~32 trials at a 50% flake), 0.8 needs 7, and still
@@ -226,20 +226,9 @@ def render(r: CompareResult) -> str:
 
 # --- the real trials: soaks under built stacks -----------------------------------------------
 
-class Engine(enum.Enum):
-    """What runs a trial's jobs (`--engine`): what a trial must show to count as a result."""
-
-    PYTHON = "python"  # our workers: each reports the runtime it imported
-    NATIVE = "native"  # IREE's tools from the stack's runtime package: no Python worker
-    EXEC = "exec"  # the user's command: it never imports iree.runtime, it has no programs
-
-    def describe(self) -> str:
-        return {Engine.PYTHON: "Python workers", Engine.NATIVE: "IREE's tool processes",
-                Engine.EXEC: "the command after `--`"}[self]
-
-
 def engine_of(base: Any) -> Engine:
-    return Engine(getattr(base, "engine", "python") or "python")
+    """What runs a trial's jobs (`--engine`): what a trial must show to count as a result."""
+    return Engine(getattr(base, "engine", None) or Engine.PYTHON.value)
 
 
 def trial_problem(engine: Engine, summary: dict[str, Any], run_dir: Path) -> str:
@@ -355,7 +344,7 @@ class SoakTrials:
         if summary.get("harness_errors"):
             harness = (f"{summary['harness_errors']} worker(s) could not start "
                        f"(harness errors; see {run_dir})")
-        elif summary.get("status") == "failed":  # the soak itself broke: not a result
+        elif summary.get("status") == RunStatus.FAILED:  # the soak itself broke: not a result
             harness = f"the soak failed: {summary.get('stop_reason') or '?'} (see {run_dir})"
         elif problems:
             harness = "; ".join(problems)

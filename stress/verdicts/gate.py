@@ -6,7 +6,7 @@ crash or hang was pinned on it, by a signature that is not in `--known`. Jobs sh
 their worker process (one crash ends the process's remaining jobs, a process in a bad state
 fails in runs), so the worker process (pid) is the cluster, as in `stress.analysis.stats`.
 
-Sequential design. Wald's sequential probability ratio test (`stats.BernoulliSprt`) of
+Sequential design. Wald's sequential probability ratio test (`sequential.BernoulliSprt`) of
 H0: p = R/4 against H1: p = R, where R is `--max-rate`, alpha = beta = 1 - `--confidence`.
 The log likelihood ratio is divided by the design effect of the data so far (Kish: n units
 that cluster are worth n/deff independent ones; deff from the cluster jackknife of
@@ -35,7 +35,6 @@ truth); the live observer only decides when to stop.
 from __future__ import annotations
 
 import enum
-import time
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,19 +44,17 @@ from typing import Any
 from stress.analysis import known as known_mod
 from stress.analysis import rundata, signatures
 from stress.analysis.exposure import failing_exits, job_clusters, job_key
+from stress.analysis.sequential import BernoulliSprt, Decision
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import (
-    BernoulliSprt,
-    Decision,
     Rate,
     Unit,
     cluster_design_effect_of_shapes,
     clustered_rate,
     episode_design_effect,
 )
-from stress.engine.session import Outcome
 from stress.errors import UsageError
-from stress.vocab import FailureClass
+from stress.vocab import FailureClass, RunStatus, WorkerOutcome
 
 # p0 = R / 4: a quarter of the bound is "clearly fine". A narrower zone (R/2) needs ~2.5x the
 # jobs to decide; a wider one (R/10) passes only stacks far below the bound. The issue's target
@@ -295,9 +292,9 @@ def _shards(runs: Sequence[dict[str, Any]]) -> tuple[list[int], int, list[str]]:
 def _trust_problems(data: rundata.RunData) -> list[str]:
     out: list[str] = []
     for r in data.runs:
-        if r["status"] not in ("completed",):
+        if r["status"] != RunStatus.COMPLETED:
             out.append(f"run {r['run_id']} {r['status']}: {r.get('stop_reason') or '?'}")
-    harness = [w for w in data.workers if w.get("outcome") == "harness"]
+    harness = [w for w in data.workers if w.get("outcome") == WorkerOutcome.HARNESS]
     if harness:
         out.append(f"{len(harness)} worker(s) failed in iree-stress's own code (harness)")
     if data.runs and not data.jobs and not data.failures:
@@ -376,134 +373,6 @@ def jobs_to_pass(spec: GateSpec) -> int:
     return int(lo / test.llr) + 1
 
 
-# --- the live observer -----------------------------------------------------------------------
-
-class GateObserver:
-    """Stops the soak as soon as the gate is decided (session.Observer). Job outcomes feed the
-    sequential test; failures are classified against `--known` from the store (the observer
-    cannot tell a known crash from a new one by its class), at most once a second.
-
-    Every job's end is a look (`job` returns the decision): a look costs one unit added to a
-    running test, and the session, which looks once a second, would add a second of jobs
-    (50-100 on cpu) past every decision. The per-job look counts every failure as new, so it
-    may only PASS (a known failure counted as new only makes PASS harder), or, when there is
-    no `--known` list (every failure is new), also FAIL; a FAIL that depends on which failures
-    are known waits for the once-a-second look, which reads the store and rebuilds the
-    test. A job seen again (a failure pinned on it after it ended) also waits for that look."""
-
-    def __init__(self, spec: GateSpec, run_dir: Path):
-        self.spec = spec
-        self.run_dir = run_dir
-        self.units: dict[Hashable, tuple[Hashable, bool]] = {}  # job key -> (cluster, failed)
-        self.failed_outcomes = 0
-        self.classified_at = 0  # failed_outcomes when the store was last read
-        self.known_only: set[Hashable] = set()  # failed jobs whose failures are all known
-        self.fatal_new: str | None = None
-        self._orphans = 0
-        self.live: SequentialTest | None = SequentialTest(spec)  # None: rebuild at next look
-        self._fail_live = not spec.known.entries  # no known list: a per-job FAIL is sound too
-        self._fatal_pending = False  # a fatal-class failure not yet classified from the store
-        self.fatal_outcomes = 0
-        self._fatal_values = frozenset(c.value for c in spec.fatal)
-
-    def job(self, outcome: Outcome) -> str | None:
-        """Every job's end; crashes and hangs pinned on no job count as a failed unit. A stop
-        reason when this job decided the gate (class doc), else None."""
-        if outcome.job is not None:
-            key: Hashable = outcome.job.index
-        else:
-            self._orphans += 1
-            key = ("process", outcome.pid, self._orphans)
-        seen = key in self.units
-        cluster, failed = self.units.get(key, (outcome.pid, False))
-        self.units[key] = (cluster, failed or outcome.failed)
-        if outcome.failed:
-            self.failed_outcomes += 1
-        if self._fatal_values.intersection(outcome.classes):
-            self.fatal_outcomes += 1  # new or known: only the store can tell
-            self._fatal_pending = True
-        if seen:
-            self.live = None
-        if self.live is None or outcome.job is None:  # a failure pinned on no job: the
-            return None  # verdict counts none (rates are per job): the once-a-second look
-        self.live.add(cluster, failed or outcome.failed)
-        if self.live.step() is Decision.CONTINUE:
-            return None
-        decision = self.live.decision()  # the design effect refreshed, as the replay has it
-        if decision is Decision.CONTINUE or self._fatal_pending:
-            return None  # a fatal failure not yet classified: the once-a-second look
-        if self.failed_outcomes and not self._fail_live:
-            return None  # which failures are known decides it: the once-a-second look
-        return _stop_reason(decision)
-
-    def _classify(self) -> None:
-        """Which failed jobs only had known failures; whether a new fatal one exists."""
-        try:
-            data = rundata.load([self.run_dir])
-        except Exception:  # the store mid-write: try again next second
-            return
-        self.classified_at = self.failed_outcomes
-        fatal_rows = sum(1 for r in data.failures if r["class"] in self._fatal_values)
-        if fatal_rows >= self.fatal_outcomes:  # every fatal failure told is in the store
-            self._fatal_pending = False
-        sigs = signatures.build(data)
-        new_jobs: set[Hashable] = set()
-        known_jobs: set[Hashable] = set()
-        for s in sigs:
-            k = self.spec.known.lookup_signature(s)
-            (known_jobs if k else new_jobs).update(i for _, i in failed_jobs(s))
-            if k is None and FailureClass(s.cls) in self.spec.fatal and self.fatal_new is None:
-                self.fatal_new = f"new {s.cls} {s.id}: {s.describe()}"
-        self.known_only = known_jobs - new_jobs
-
-    def should_stop(self) -> str | None:
-        if self.failed_outcomes != self.classified_at:
-            self._classify()
-        if self.fatal_new:
-            return f"gate decided: FAIL ({self.fatal_new})"
-        test = SequentialTest(self.spec)
-        for key, (cluster, failed) in self.units.items():
-            test.add(cluster, failed and key not in self.known_only)
-        self.live = test  # later jobs add to what the store says now
-        decision = test.decision()
-        if decision is Decision.CONTINUE or (decision is Decision.ACCEPT_H0
-                                             and self._fatal_pending):
-            return None  # a PASS waits until every fatal failure told is in the store
-        return _stop_reason(decision)
-
-
-def _stop_reason(decision: Decision) -> str:
-    verdict = Verdict.PASS if decision is Decision.ACCEPT_H0 else Verdict.FAIL
-    return f"gate decided: {verdict.value} ({decision.describe()})"
-
-
-def gate_run_dir(results: Path | None) -> Path:
-    """The gate's run folder: the observer reads it while the soak writes it."""
-    if results is not None:
-        return results
-    return Path("results") / f"gate-{time.strftime('%Y%m%d-%H%M%S')}-{_pid()}"
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
-
-
 def load_known(paths: Iterable[Path]) -> known_mod.KnownFailures:
     paths = list(paths)
     return known_mod.load_all(paths) if paths else known_mod.EMPTY
-
-
-def run_gate(opts: Any, spec: GateSpec) -> GateResult:
-    """Runs a soak (stress.soak.SoakOptions; its duration is the budget) that stops as soon as
-    the gate is decided, then decides from its store."""
-    from stress.soak import run_soak
-
-    opts.results = gate_run_dir(opts.results)
-    if opts.max_jobs_per_worker is None and opts.engine == "python":
-        opts.max_jobs_per_worker = GATE_JOBS_PER_WORKER
-    observer = GateObserver(spec, opts.results)
-    summary = run_soak(opts, observer=observer)
-    reason = summary.get("stop_reason") or ""
-    return evaluate([opts.results], spec, budget_ended=reason.startswith("duration reached"))

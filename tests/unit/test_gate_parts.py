@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stress.analysis.known import load as load_known
-from stress.analysis.stats import Decision
+from stress.analysis.sequential import Decision
 from stress.errors import UsageError
 from stress.verdicts.gate import (
     GateSpec,
@@ -149,7 +149,7 @@ def test_gate_from_a_folder_prints_the_verdict_and_exits_with_its_code(tmp_path:
 def test_the_live_observer_stops_the_soak_once_enough_clean_jobs_ended(tmp_path: Path) -> None:
     from stress.engine.jobs import Job
     from stress.engine.session import Outcome
-    from stress.verdicts.gate import GateObserver
+    from stress.verdicts.gate_live import GateObserver
 
     spec = GateSpec(RATE)
     obs = GateObserver(spec, tmp_path)
@@ -170,7 +170,7 @@ def test_a_job_that_decides_fail_stops_at_once_only_when_no_failure_can_be_known
     known)."""
     from stress.engine.jobs import Job
     from stress.engine.session import Outcome
-    from stress.verdicts.gate import GateObserver
+    from stress.verdicts.gate_live import GateObserver
 
     known = tmp_path / "known.toml"
     known.write_text('[[known]]\nmatch = "error|*nothing like this*"\nnote = "filed"\n')
@@ -196,7 +196,7 @@ def test_a_job_that_would_pass_waits_while_a_fatal_failure_is_not_in_the_store(
     shows it, neither the per-job look nor the once-a-second one may PASS."""
     from stress.engine.jobs import Job
     from stress.engine.session import Outcome
-    from stress.verdicts.gate import GateObserver
+    from stress.verdicts.gate_live import GateObserver
 
     spec = GateSpec(RATE)
     need = jobs_to_pass(spec)
@@ -213,7 +213,7 @@ def test_a_job_seen_again_waits_for_the_look_that_rebuilds_the_test(tmp_path: Pa
     running test is dropped and the once-a-second look rebuilds it."""
     from stress.engine.jobs import Job
     from stress.engine.session import Outcome
-    from stress.verdicts.gate import GateObserver
+    from stress.verdicts.gate_live import GateObserver
 
     spec = GateSpec(RATE, fatal=frozenset())
     obs = GateObserver(spec, tmp_path)
@@ -231,7 +231,7 @@ def test_the_live_observer_stops_at_a_new_fatal_failure_it_reads_from_the_store(
         tmp_path: Path) -> None:
     from stress.engine.jobs import Job
     from stress.engine.session import Outcome
-    from stress.verdicts.gate import GateObserver
+    from stress.verdicts.gate_live import GateObserver
 
     run = make_store(tmp_path / "r", "a", range(50), crash_jobs=[7])
     obs = GateObserver(GateSpec(RATE), run)

@@ -7,11 +7,9 @@ import random
 
 import pytest
 
+from stress.analysis.sequential import BernoulliSprt, Decision, PairedSprt
 from stress.analysis.stats import (
     Alternative,
-    BernoulliSprt,
-    Decision,
-    PairedSprt,
     Unit,
     benjamini_hochberg,
     clustered_rate,
