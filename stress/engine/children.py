@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from stress.engine import kernellog, postmortem, procstate
 from stress.engine.testlog import SignalDeath
+from stress.fs import new_file_mode
 from stress.vocab import FailureClass
 
 if TYPE_CHECKING:
@@ -249,9 +250,13 @@ class GroupWatch:
         try:
             self.dest.mkdir(parents=True, exist_ok=True)
             os.rename(path, target)
-            return target
         except OSError:
             return path
+        try:  # the kernel writes cores 0600: evidence must be as readable as the rest of the run
+            os.chmod(target, new_file_mode())
+        except OSError:
+            pass
+        return target
 
     # ---- when it has ended -------------------------------------------------------------------
     def search_tree(self) -> None:

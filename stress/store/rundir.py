@@ -128,6 +128,11 @@ def check_free(results: Path | None, resume: bool = False) -> list[dict[str, Any
     """Refuses (one line) a --results folder a new run may not write into: a file, a folder
     holding a run (unless `resume`), a non-empty folder holding none. Returns the runs of a
     folder to resume (else [])."""
+    if resume:
+        if results is None:
+            raise UsageError("--resume needs --results DIR, the folder of the run to continue")
+        if not holds_run(results):
+            raise UsageError(f"--resume: {results} holds no run to continue")
     if results is None:
         return []
     if results.exists() and not results.is_dir():

@@ -51,6 +51,16 @@ def test_a_folder_that_holds_a_run_is_refused_in_one_line_and_not_a_byte_changes
     assert contents(run) == before  # worker-config.json kept its seed
 
 
+def test_resume_with_nothing_to_resume_is_refused_in_one_line_and_starts_no_run(
+        tmp_path: Path) -> None:
+    for where, said in ((["--results", str(tmp_path / "new")], "holds no run to continue"),
+                        ([], "--resume needs --results DIR")):
+        res = run_cli(*SMALL, "-n", "20", "-q", "--resume", *where, cwd=tmp_path)
+        assert res.rc == 2, res.stderr[-2000:]
+        assert len(res.stderr.strip().splitlines()) == 1 and said in res.stderr
+    assert not (tmp_path / "new").exists() and not (tmp_path / "results").exists()
+
+
 def test_resume_continues_the_plan_as_a_new_run_beside_the_old_one(
         tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
     run = tmp_path / "run"
