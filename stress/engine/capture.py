@@ -25,6 +25,7 @@ from stress.engine.attribution import Attribution, attribute
 from stress.engine.forkclient import RETURNCODE_LOST
 from stress.engine.forkserver import EXIT_CHILD_SETUP
 from stress.engine.journal import Step
+from stress.engine.observer import Outcome
 from stress.engine.watchdog import STARTUP_STEP, Stuck
 from stress.engine.workermanage import WorkerHandle, kill_groups, signal_group
 from stress.programs.cache import atomic_write
@@ -47,22 +48,19 @@ def record(s: Session, cls: FailureClass, h: WorkerHandle | None, job: Job | Non
     """One failure row (committed at once). `count`: a process-level failure (crash, hang):
     counted here; errors and miscompares are counted from the job's result instead."""
     if count:
-        s.failures_by_class[cls.value] += 1
-        s.failure_count += 1
+        s.tally.process_failed(cls)
     row = s.store.add_failure(s.run_id, {
         "class": cls.value, "signal": sig, "job_index": job.index if job else None,
         "program": job.program if job else None, "pattern": job.pattern if job else None,
         "seed": job.seed if job else None, "worker": h.worker_id if h else None,
         "pid": h.pid if h else None, "last_step": attr.last_step, "in_flight": attr.in_flight,
         "steps": attr.steps, "artifacts": str(folder) if folder else None, "message": message,
-        "attribution": attr.method, "elapsed_s": time.monotonic() - s.started,
+        "attribution": attr.method, "elapsed_s": time.monotonic() - s.tally.started,
         "native_tid": attr.native_tid or None, "evidence": evidence_facts or {},
         "exposure": exposure})
     if h is not None:
         s.progress.failure(cls, h, job, attr, sig, folder)
     if count and s.observer is not None:
-        from stress.engine.session import Outcome
-
         s.observe(Outcome(job, h.pid if h else 0, True, (cls.value,)))
     return row
 
@@ -441,7 +439,7 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
                 group, t0, gap = batches.pop(fut)
                 _finish_stuck(s, group, fut.result(), t0, gap)
             capped = s.cfg.max_failures is not None and \
-                s.failure_count >= s.cfg.max_failures
+                s.tally.failure_count >= s.cfg.max_failures
             if batches and len(batches) < _EVIDENCE_BATCHES and not s.stopping and not capped \
                     and s.interrupt is None and time.monotonic() < rescan_until:
                 gap = s.scan_gap()
