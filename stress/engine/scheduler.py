@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from stress.engine import exitpaths
 from stress.engine.config import SoakConfig
@@ -56,7 +56,9 @@ class JobSupply:
     """The plan's jobs, queue by queue, up to --invocations; `close()` (the run is stopping)
     ends every draw from the plan, while jobs already queued or given back still come out."""
 
-    def __init__(self, config: SoakConfig, stream: Iterable[Job] | None = None):
+    def __init__(self, config: SoakConfig,
+                 stream: Callable[[], Iterable[Job]] | None = None):
+        """`stream`: makes the plan (a fresh copy per call); default: the seeded schedule."""
         self.engine = config.engine
         self.limit = config.invocations
         self.planned_invocations = config.planned_before  # a resumed plan's earlier runs
@@ -65,7 +67,7 @@ class JobSupply:
 
         def plan() -> Iterator[Job]:
             if stream is not None:
-                return iter(stream)
+                return iter(stream())
             return schedule(config.seed, config.programs, config.patterns, config.shard,
                             config.job_scale, config.job_seed, start=config.first_job)
 

@@ -17,7 +17,7 @@ import sqlite3
 import sys
 import time
 from collections import Counter, deque
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,7 +75,8 @@ class Session:
     def __init__(self, config: SoakConfig, run_id: str, run_dir: Path, store: Records,
                  phases: Phases | None = None, runner: Runner | None = None,
                  startup_failures: list[dict[str, Any]] | None = None,
-                 observer: Observer | None = None, stream: Iterable[Job] | None = None):
+                 observer: Observer | None = None,
+                 stream: Callable[[], Iterable[Job]] | None = None):
         self.cfg = config
         self.phases = phases or Phases()
         self.run_id, self.run_dir = run_id, run_dir
