@@ -16,7 +16,7 @@ import signal
 import sqlite3
 import sys
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Container, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -34,12 +34,12 @@ from stress.engine import (
 )
 from stress.engine.attribution import Attribution, attribute, window_tokens
 from stress.engine.config import SoakConfig
-from stress.engine.forkclient import ForkServerDown, ForkServerUnsafe
 from stress.engine.forkrunner import ForkRunner
 from stress.engine.jobs import Job
 from stress.engine.observer import Observer as Observer  # (re-exported: soak, gate)
 from stress.engine.observer import Outcome as Outcome
 from stress.engine.phases import Phases
+from stress.engine.pool import RestartWindow, WorkerPool
 from stress.engine.progress import Progress
 from stress.engine.records import Records
 from stress.engine.scheduler import JobSupply, Queue, is_exit_job
@@ -55,7 +55,6 @@ _HEALTHY_SAMPLES_MAX: int = 4000  # per run (a reservoir: uniform over the whole
 _SAMPLE_RECORDS: int = 40  # per thread: a 12-step window plus what is still in flight
 _STARTUP_TIMEOUT_S: float = 120.0  # interpreter start-up to a journal file on a loaded box
 _STOP_GRACE_S: float = 5.0  # after `stop`: a worker's last job + teardown, beyond the deadlines
-_RESTART_WINDOW_S: float = 60.0  # --max-worker-restarts counts restarts within this window
 _CRASH_READERS: int = 2  # post-mortem stack readers at once: gdb is CPU-bound; more would
 #   slow the workers under test more than it speeds up the evidence
 _OBSERVE_PERIOD_S: float = 1.0  # how often an observer (the gate) may stop the run
@@ -87,20 +86,19 @@ class Session:
         self.startup_failures = startup_failures or []
         self.supply = JobSupply(config, stream)
         self.tally = RunTally()
-        self.exit_runner: Runner | None = None  # the fork server, started on first need
-        self.exit_runner_note = ""
+        self.pool = WorkerPool(self.runner, lambda: ForkRunner(self.python, self.worker_env(),
+                                                               self.run_dir),
+                               lambda: self.store.update_manifest(self.run_id, self.manifest()))
+        self.restart_window = RestartWindow(config.max_worker_restarts)
         self.batch = 0  # exit-family jobs start in waves (batches) whose exits overlap
         self.batch_exits: Counter[int] = Counter()
-        self.workers: dict[int, WorkerHandle] = {}
-        self.next_worker_id = 0
-        self.generation: Counter[int] = Counter()
+        self.workers = self.pool.workers
         self.pool_started = 0  # pool workers started (the first --workers stagger their limits)
-        self.restart_times: deque[float] = deque()
         self.folders = 0  # evidence folders written (crashes and hangs only)
         self.evidence_seen: Counter[str] = Counter()  # cored crashes per mode (the budget)
         self.core_launches = 0  # processes started once every mode had its evidence
         self.harness_errors: list[str] = []  # our own failures: the run cannot be trusted
-        self.unreaped: list[WorkerHandle] = []  # survived SIGKILL (D state): polled each tick
+        self.unreaped = self.pool.unreaped
         self.pending_crashes: list[capture.PendingCrash] = []  # stacks still being read
         self._crash_pool: ThreadPoolExecutor | None = None
         self.interrupt: str | None = None
@@ -204,7 +202,7 @@ class Session:
                 "driver_error": self.facts.get("driver_error"),
                 "worker_python": self.facts.get("python"), "worker_executable": self.python,
                 "iree_runtime_path": self.facts.get("iree_runtime_path"),
-                "exit_runner": self.exit_runner_note or None,
+                "exit_runner": self.pool.exit_runner_note or None,
                 "host": platform.node(), "kernel": platform.release(),
                 "os": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
                 "parent_python": sys.version.split()[0], "seed": self.cfg.seed,
@@ -262,29 +260,12 @@ class Session:
 
     def start_worker(self, ephemeral: bool, exit_job: bool = False,
                      job: Job | None = None) -> WorkerHandle:
-        wid = self.next_worker_id
-        self.next_worker_id += 1
+        wid = self.pool.new_id()
         return self._spawn(wid, ephemeral, exit_job, job)
-
-    def _exit_runner(self) -> Runner:
-        """The fork server for exit-family jobs (interpreter start-up paid once), or spawn
-        where forking is unsafe or the server keeps dying (said once, on stderr and in the
-        manifest)."""
-        if self.exit_runner is None:
-            try:
-                self.exit_runner = ForkRunner(self.python, self.worker_env(), self.run_dir)
-                self.exit_runner_note = "fork-server"
-            except (ForkServerUnsafe, ForkServerDown) as exc:
-                self.exit_runner = SpawnRunner()
-                self.exit_runner_note = f"spawn (fork server unusable: {exc})"
-                sys.stderr.write(f"iree-stress: exit paths use spawn: {exc}\n")
-            self.store.update_manifest(self.run_id, self.manifest())
-        return self.exit_runner
 
     def _spawn(self, wid: int, ephemeral: bool, exit_job: bool = False,
                job: Job | None = None) -> WorkerHandle:
-        gen = self.generation[wid]
-        self.generation[wid] += 1
+        gen = self.pool.next_generation(wid)
         if self.spawn_env is None:  # the same for every worker: built once (~1 ms each)
             self.spawn_env = self.worker_env()
         spec = LaunchSpec(wid, gen, self.python, self.config_for(wid), self.run_dir,
@@ -292,16 +273,7 @@ class Session:
                           job=job, timeout_s=self.cfg.timeout_s,
                           teardown_timeout_s=self.cfg.teardown_timeout_s)
         self.facts_requested = True
-        runner = self._exit_runner() if exit_job else self.runner
-        try:
-            h = runner.launch(spec)
-        except (ForkServerDown, ForkServerUnsafe) as exc:  # restarted by the runner; else spawn
-            if self.exit_runner is not None:
-                self.exit_runner.close()
-            self.exit_runner = SpawnRunner()
-            self.exit_runner_note = f"spawn (fork server unusable: {exc})"
-            sys.stderr.write(f"iree-stress: exit paths now use spawn: {exc}\n")
-            h = self.exit_runner.launch(spec)
+        h = self.pool.launch(spec, exit_job)
         h.facts_worker = spec.facts
         if not self.cores_wanted():
             h.cores = capture.no_cores(h.pid)
@@ -430,38 +402,25 @@ class Session:
         h.outstanding.clear()
 
     def restart(self, h: WorkerHandle) -> None:
-        """Replaces a dead pool worker, within --max-worker-restarts per _RESTART_WINDOW_S (a
-        long soak of a crashy stack goes on; a restart storm stops it)."""
-        if h.ephemeral or self.stopping:
-            return
-        if not h.retiring and not self.count_restart():  # a retiree is replaced anyway
-            return
-        self.tally.restarts += 1
-        self.workers.pop(h.worker_id, None)
-        self._spawn(h.worker_id, ephemeral=False)
+        """Replaces a dead pool worker, within --max-worker-restarts per restart window."""
+        replace = self.pool.replace(h, self.restart_window, self.stopping)
+        if replace is None:
+            self.stop(self.restart_window.describe())
+        elif replace:
+            self.tally.restarts += 1
+            self._spawn(h.worker_id, ephemeral=False)
 
     def count_restart(self) -> bool:
-        """One more restart (or one-job process that could not start) in the window; False,
-        and the run stops, past --max-worker-restarts (a stack whose workers cannot start
-        would otherwise relaunch the same job forever)."""
-        now = time.monotonic()
-        while self.restart_times and now - self.restart_times[0] > _RESTART_WINDOW_S:
-            self.restart_times.popleft()
-        if len(self.restart_times) >= self.cfg.max_worker_restarts:
-            self.stop(f"more than {self.cfg.max_worker_restarts} worker restarts within "
-                      f"{_RESTART_WINDOW_S:g} s")
-            return False
-        self.restart_times.append(now)
-        return True
+        """One more one-job process that could not start, in the restart window; False, and
+        the run stops, past --max-worker-restarts."""
+        if self.restart_window.allow():
+            return True
+        self.stop(self.restart_window.describe())
+        return False
 
     def retire(self, h: WorkerHandle) -> None:
-        h.close()
-        if self.workers.get(h.worker_id) is h:
-            del self.workers[h.worker_id]
-            if h.retiring and not self.stopping:  # its successor: same worker id, same device
-                self._spawn(h.worker_id, ephemeral=False)
-        if h.unkillable:
-            self.unreaped.append(h)
+        if self.pool.retire(h, self.stopping):
+            self._spawn(h.worker_id, ephemeral=False)
 
     def drain(self, h: WorkerHandle) -> None:
         """Reads and handles everything the worker wrote: results that reached the pipe before
@@ -772,9 +731,7 @@ class Session:
                 pass
             if self._crash_pool is not None:
                 self._crash_pool.shutdown(wait=False, cancel_futures=True)
-            self.runner.close()
-            if self.exit_runner is not None:
-                self.exit_runner.close()
+            self.pool.close()
             postmortem.sweep_cores(self.run_dir)  # cores nobody read (cap reached, races)
             if self.tally.jobs_not_started:
                 self.stop_reason += f"; {self.tally.jobs_not_started} queued job(s) not started"
@@ -784,7 +741,7 @@ class Session:
             if self.harness_errors:
                 self.stop_reason += f"; harness errors: {'; '.join(self.harness_errors[:3])}"
             self.phases.count("soak", self.tally.invocations)
-            self.phases.count("teardown", self.next_worker_id)
+            self.phases.count("teardown", self.pool.next_worker_id)
             try:
                 self.store.set_phases(self.run_id, self.phases.rows())
                 self.store.end_run(self.run_id, status, self.stop_reason)
