@@ -8,6 +8,7 @@ thread's stack and state, then SIGTERM -> grace -> SIGKILL of the group, telemet
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 import resource
@@ -25,6 +26,7 @@ from stress.engine.attribution import Attribution, attribute
 from stress.engine.forkclient import RETURNCODE_LOST
 from stress.engine.forkserver import EXIT_CHILD_SETUP
 from stress.engine.journal import Step
+from stress.engine.observer import Outcome
 from stress.engine.watchdog import STARTUP_STEP, Stuck
 from stress.engine.workermanage import WorkerHandle, kill_groups, signal_group
 from stress.fs import atomic_write
@@ -47,22 +49,19 @@ def record(s: Session, cls: FailureClass, h: WorkerHandle | None, job: Job | Non
     """One failure row (committed at once). `count`: a process-level failure (crash, hang):
     counted here; errors and miscompares are counted from the job's result instead."""
     if count:
-        s.failures_by_class[cls.value] += 1
-        s.failure_count += 1
+        s.tally.process_failed(cls)
     row = s.store.add_failure(s.run_id, {
         "class": cls.value, "signal": sig, "job_index": job.index if job else None,
         "program": job.program if job else None, "pattern": job.pattern if job else None,
         "seed": job.seed if job else None, "worker": h.worker_id if h else None,
         "pid": h.pid if h else None, "last_step": attr.last_step, "in_flight": attr.in_flight,
         "steps": attr.steps, "artifacts": str(folder) if folder else None, "message": message,
-        "attribution": attr.method, "elapsed_s": time.monotonic() - s.started,
+        "attribution": attr.method, "elapsed_s": time.monotonic() - s.tally.started,
         "native_tid": attr.native_tid or None, "evidence": evidence_facts or {},
         "exposure": exposure})
     if h is not None:
         s.progress.failure(cls, h, job, attr, sig, folder)
     if count and s.observer is not None:
-        from stress.engine.session import Outcome
-
         s.observe(Outcome(job, h.pid if h else 0, True, (cls.value,)))
     return row
 
@@ -245,6 +244,37 @@ def end_worker(s: Session, h: WorkerHandle, rc: int | None, reason: str, outcome
                        exit_order=order)
 
 
+class ExitKind(enum.Enum):
+    """How a process that we did not kill ended, from its exit status and what it said."""
+
+    CLEAN = "clean"  # said bye, exited with the status its job expects
+    HARNESS = "harness"  # iree-stress's own failure, or a worker that could not start
+    FAILURE = "failure"  # anything else: a crash, an error exit (the exit status wins)
+
+    def describe(self) -> str:
+        return {ExitKind.CLEAN: "ended cleanly", ExitKind.HARNESS: "a harness error",
+                ExitKind.FAILURE: "a failure of the process"}[self]
+
+
+def classify_exit(rc: int, *, said_bye: bool, said_hello: bool, expected_rc: int,
+                  exec_group: bool, python_exception: str) -> tuple[ExitKind, str]:
+    """(kind, why) of a process's end; `why` says what the harness error was. An exec job's
+    (exec_group) exit status is the user's command's own: never ours to call a harness error.
+    `python_exception`: the uncaught exception line its stderr ends with ('' none)."""
+    cannot_start = rc == 1 and not said_hello and not exec_group and python_exception
+    if cannot_start:
+        return ExitKind.HARNESS, f"could not start: {python_exception}"
+    if rc == RETURNCODE_LOST:
+        return ExitKind.HARNESS, "exit status lost with the fork server"
+    if not exec_group and rc == EXIT_CHILD_SETUP:
+        return ExitKind.HARNESS, "could not be set up by the fork server"
+    if not exec_group and rc == EXIT_HARNESS:
+        return ExitKind.HARNESS, "failed in iree-stress's own code"
+    if said_bye and rc == expected_rc:
+        return ExitKind.CLEAN, ""
+    return ExitKind.FAILURE, ""
+
+
 def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     """A worker process ended. Clean when it said bye and exited 0; a hang we killed was
     recorded by on_stuck; anything else is a failure (the exit status wins over what the
@@ -266,14 +296,10 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     said_bye = h.bye_at is not None
     if h.facts_worker and h.hello_at is None:
         s.facts_requested = False  # the next worker reports the runtime facts instead
-    # (an exec job's exit status is the user's command's own: never ours to call a harness error)
-    cannot_start = rc == 1 and h.hello_at is None and h.group is None and _python_exception(h)
-    if h.group is None and rc in (EXIT_HARNESS, EXIT_CHILD_SETUP) or cannot_start or \
-            rc == RETURNCODE_LOST:
-        why = f"could not start: {cannot_start}" if cannot_start else \
-            "exit status lost with the fork server" if rc == RETURNCODE_LOST else \
-            "could not be set up by the fork server" if rc == EXIT_CHILD_SETUP else \
-            "failed in iree-stress's own code"
+    kind, why = classify_exit(rc, said_bye=said_bye, said_hello=h.hello_at is not None,
+                              expected_rc=h.expected_rc, exec_group=h.group is not None,
+                              python_exception=_python_exception(h) if rc == 1 else "")
+    if kind is ExitKind.HARNESS:
         s.harness_errors.append(f"worker {h.name} {why} (see {h.stderr_path})")
         s.requeue(h, None)
         end_worker(s, h, None if rc == RETURNCODE_LOST else rc, "harness error", "harness")
@@ -282,7 +308,7 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
             s.count_restart()
         s.retire(h)
         return
-    if said_bye and rc == h.expected_rc:
+    if kind is ExitKind.CLEAN:
         if h.outstanding:  # a job thread died outside its job's handling: not a result
             s.harness_errors.append(f"worker {h.name} exited cleanly with "
                                     f"{len(h.outstanding)} job(s) unreported")
@@ -441,7 +467,7 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
                 group, t0, gap = batches.pop(fut)
                 _finish_stuck(s, group, fut.result(), t0, gap)
             capped = s.cfg.max_failures is not None and \
-                s.failure_count >= s.cfg.max_failures
+                s.tally.failure_count >= s.cfg.max_failures
             if batches and len(batches) < _EVIDENCE_BATCHES and not s.stopping and not capped \
                     and s.interrupt is None and time.monotonic() < rescan_until:
                 gap = s.scan_gap()

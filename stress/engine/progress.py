@@ -5,8 +5,9 @@ is "done 40%", never a bare percentage that reads as a failure rate."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from stress.ui import Status, duration_text, red
 from stress.vocab import ALL_CLASSES, FailureClass
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from stress.engine.attribution import Attribution
     from stress.engine.config import SoakConfig
     from stress.engine.jobs import Job
-    from stress.engine.session import Session
+    from stress.engine.tally import RunTally
     from stress.engine.workermanage import WorkerHandle
 
 _RATE_SMOOTHING: float = 0.3  # weight of the newest interval in the invocations/s shown
@@ -23,10 +24,19 @@ _PROCESS_CLASSES: tuple[FailureClass, ...] = (FailureClass.CRASH, FailureClass.H
 #   a job ends with one of these instead of its job_done message
 
 
+class _Process(Protocol):
+    @property
+    def ephemeral(self) -> bool: ...
+
+
 class Progress:
-    def __init__(self, config: SoakConfig, session: Session, status: Status | None = None):
+    """Reads the run's tally and its running processes (`workers`, the session's own map)."""
+
+    def __init__(self, config: SoakConfig, tally: RunTally, workers: Mapping[int, _Process],
+                 status: Status | None = None):
         self.cfg = config
-        self.s = session
+        self.s = tally
+        self.workers = workers
         self.status = status or Status(config.progress)  # (the orchestrator may swap in
         #   its own, so that one live line goes from compile to the soak's end)
         self.last_invocations = 0
@@ -41,8 +51,8 @@ class Progress:
     def processes(self) -> str:
         """Processes running now: the pool (--workers) and one-job processes apart, so that
         `--workers 2` never reads as "workers 3"."""
-        pool = sum(1 for h in self.s.workers.values() if not h.ephemeral)
-        one_job = len(self.s.workers) - pool
+        pool = sum(1 for h in self.workers.values() if not h.ephemeral)
+        one_job = len(self.workers) - pool
         if not one_job:
             return f"processes {pool}"
         if not pool:

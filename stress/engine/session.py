@@ -16,13 +16,12 @@ import signal
 import sqlite3
 import sys
 import time
-from collections import Counter, deque
-from collections.abc import Container, Iterator
+from collections import Counter
+from collections.abc import Callable, Container, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from stress.engine import (
     capture,
@@ -35,12 +34,16 @@ from stress.engine import (
 )
 from stress.engine.attribution import Attribution, attribute, window_tokens
 from stress.engine.config import SoakConfig
-from stress.engine.forkclient import ForkServerDown, ForkServerUnsafe
 from stress.engine.forkrunner import ForkRunner
-from stress.engine.jobs import Job, schedule
+from stress.engine.jobs import Job
+from stress.engine.observer import Observer as Observer  # (re-exported: soak, gate)
+from stress.engine.observer import Outcome as Outcome
 from stress.engine.phases import Phases
+from stress.engine.pool import RestartWindow, WorkerPool
 from stress.engine.progress import Progress
 from stress.engine.records import Records
+from stress.engine.scheduler import JobSupply, Queue, is_exit_job
+from stress.engine.tally import RunTally
 from stress.engine.workermanage import LaunchSpec, Runner, SpawnRunner, State, WorkerHandle
 from stress.fs import atomic_write
 from stress.vocab import FailureClass, signal_name
@@ -52,16 +55,6 @@ _HEALTHY_SAMPLES_MAX: int = 4000  # per run (a reservoir: uniform over the whole
 _SAMPLE_RECORDS: int = 40  # per thread: a 12-step window plus what is still in flight
 _STARTUP_TIMEOUT_S: float = 120.0  # interpreter start-up to a journal file on a loaded box
 _STOP_GRACE_S: float = 5.0  # after `stop`: a worker's last job + teardown, beyond the deadlines
-_RESTART_WINDOW_S: float = 60.0  # --max-worker-restarts counts restarts within this window
-_PPJ_QUEUE_MAX: int = 4  # process-per-job jobs drawn ahead of the ephemeral slots
-_PROCESS_PER_JOB = "process-per-job"
-_EXIT_FAMILY: frozenset[str] = frozenset(exitpaths.FAMILY)
-
-
-def is_ephemeral(pattern: str, engine: str = "python") -> bool:
-    """Patterns whose every job is a process of its own (one job, then exit): process-per-job,
-    the exit family, and every job of a non-Python engine (a tool or a user's command)."""
-    return engine != "python" or pattern == _PROCESS_PER_JOB or pattern in _EXIT_FAMILY
 _CRASH_READERS: int = 2  # post-mortem stack readers at once: gdb is CPU-bound; more would
 #   slow the workers under test more than it speeds up the evidence
 _OBSERVE_PERIOD_S: float = 1.0  # how often an observer (the gate) may stop the run
@@ -73,43 +66,16 @@ _COOLDOWN_S: float = 8.0  # GPU runs keep sampling this long after the last work
 #   detector needs more than its 5 s threshold of it)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """One job's end as an observer sees it: failed when it had an error or miscompare, or
-    when a crash or hang was pinned on it (job None: a process failure pinned on no job)."""
-
-    job: Job | None
-    pid: int
-    failed: bool
-    classes: tuple[str, ...]
-
-
-class Observer(Protocol):
-    """Watches a run as it goes (the gate's sequential test): told every job outcome (and may
-    answer with a reason to stop at once), asked once a second whether the run should stop
-    (a reason) or go on (None)."""
-
-    def job(self, outcome: Outcome) -> str | None: ...
-
-    def should_stop(self) -> str | None: ...
-
-
 class Interrupted(Exception):
     """SIGINT/SIGTERM to the parent: stop everything, keep what was recorded."""
-
-
-def _pattern_stream(stream: Iterator[Job], keep: bool, engine: str) -> Iterator[Job]:
-    """The jobs of one queue: process-per-job ones (keep=True) or all the others. Two filtered
-    copies of the same seeded stream: each queue draws only what it runs, so neither grows
-    while the other is the bottleneck."""
-    return (j for j in stream if is_ephemeral(j.pattern, engine) == keep)
 
 
 class Session:
     def __init__(self, config: SoakConfig, run_id: str, run_dir: Path, store: Records,
                  phases: Phases | None = None, runner: Runner | None = None,
                  startup_failures: list[dict[str, Any]] | None = None,
-                 observer: Observer | None = None):
+                 observer: Observer | None = None,
+                 stream: Callable[[], Iterable[Job]] | None = None):
         self.cfg = config
         self.phases = phases or Phases()
         self.run_id, self.run_dir = run_id, run_dir
@@ -118,57 +84,32 @@ class Session:
         self.observer = observer
         self.last_observed = 0.0
         self.startup_failures = startup_failures or []
-
-        def plan() -> Iterator[Job]:
-            return schedule(config.seed, config.programs, config.patterns, config.shard,
-                            config.job_scale, config.job_seed, start=config.first_job)
-
-        self.streams = {keep: _pattern_stream(plan(), keep, config.engine)
-                        for keep in (False, True)}
-        self.pool_queue: deque[Job] = deque()
-        self.ppj_queue: deque[Job] = deque()
-        self.pool_patterns = [p for p in config.patterns
-                              if not is_ephemeral(p, config.engine)]
-        self.ppj_enabled = any(is_ephemeral(p, config.engine) for p in config.patterns)
-        self.exit_runner: Runner | None = None  # the fork server, started on first need
-        self.exit_runner_note = ""
+        self.supply = JobSupply(config, stream)
+        self.tally = RunTally()
+        self.pool = WorkerPool(self.runner, lambda: ForkRunner(self.python, self.worker_env(),
+                                                               self.run_dir),
+                               lambda: self.store.update_manifest(self.run_id, self.manifest()))
+        self.restart_window = RestartWindow(config.max_worker_restarts)
         self.batch = 0  # exit-family jobs start in waves (batches) whose exits overlap
         self.batch_exits: Counter[int] = Counter()
-        self.planned_invocations = config.planned_before  # a resumed plan's earlier runs
-        self.stream_done = False
-        self.workers: dict[int, WorkerHandle] = {}
-        self.next_worker_id = 0
-        self.generation: Counter[int] = Counter()
-        self.restarts = 0
+        self.workers = self.pool.workers
         self.pool_started = 0  # pool workers started (the first --workers stagger their limits)
-        self.restart_times: deque[float] = deque()
         self.folders = 0  # evidence folders written (crashes and hangs only)
         self.evidence_seen: Counter[str] = Counter()  # cored crashes per mode (the budget)
         self.core_launches = 0  # processes started once every mode had its evidence
-        self.failure_count = 0  # what --max-failures counts: process failures + failed jobs
         self.harness_errors: list[str] = []  # our own failures: the run cannot be trusted
-        self.unreaped: list[WorkerHandle] = []  # survived SIGKILL (D state): polled each tick
+        self.unreaped = self.pool.unreaped
         self.pending_crashes: list[capture.PendingCrash] = []  # stacks still being read
         self._crash_pool: ThreadPoolExecutor | None = None
         self.interrupt: str | None = None
         self.interrupts = 0
-        self.failures_by_class: Counter[str] = Counter()
-        self.invocations_by_pattern: Counter[str] = Counter()
-        self.invocations = 0
-        self.jobs_ended = 0  # job_done messages (the parent_cpu phase is per job)
-        self.failed_jobs = 0  # job_done messages of jobs with an error or miscompare
         self.stopping = False
         self.stop_reason = ""
-        self.jobs_not_started = 0  # given back unrun by workers told to stop (on_jobs_dropped)
-        self.started = time.monotonic()
-        # --duration counts from the first job, not from worker start-up (interpreters and
-        # the runtime import take seconds; a 3 s soak ran 20 invocations when they counted)
-        self.soak_started: float | None = None
         self.facts: dict[str, Any] = {}
         self.facts_requested = False  # asked of one worker; asked again if it dies first
         self.python = config.python or sys.executable
         self.config_path = run_dir / "worker-config.json"
-        self.progress = Progress(config, self)
+        self.progress = Progress(config, self.tally, self.workers)
         self.last_watchdog = 0.0
         self.last_scan_ns: int | None = None  # the previous deadline scan (a hang's timing)
         self.spawn_env: dict[str, str] | None = None
@@ -184,7 +125,8 @@ class Session:
         self.timeline_store = store if isinstance(store, timeline.TimelineRecords) else None
         self.telemetry_note = ""
         # process-per-job runs beside the pool on half the worker budget (all of it when alone)
-        self.ppj_slots = config.workers if not self.pool_patterns else max(1, config.workers // 2)
+        self.ppj_slots = config.workers if not self.supply.enabled[Queue.POOL] else \
+            max(1, config.workers // 2)
 
     # ---- setup -------------------------------------------------------------------------
     def worker_env(self) -> dict[str, str]:
@@ -260,41 +202,20 @@ class Session:
                 "driver_error": self.facts.get("driver_error"),
                 "worker_python": self.facts.get("python"), "worker_executable": self.python,
                 "iree_runtime_path": self.facts.get("iree_runtime_path"),
-                "exit_runner": self.exit_runner_note or None,
+                "exit_runner": self.pool.exit_runner_note or None,
                 "host": platform.node(), "kernel": platform.release(),
                 "os": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
                 "parent_python": sys.version.split()[0], "seed": self.cfg.seed,
                 "command": self.cfg.command, "config": self.cfg.as_dict()}
 
     # ---- scheduling --------------------------------------------------------------------
-    def _pull(self, ppj: bool) -> bool:
-        """Moves one job of the seeded plan into its queue. False when the plan is done."""
-        if self.stream_done or self.stopping:
-            return False
-        limit = self.cfg.invocations
-        if limit is not None and self.planned_invocations >= limit:
-            self.stream_done = True
-            return False
-        job = next(self.streams[ppj])
-        self.planned_invocations += job.invocations
-        (self.ppj_queue if ppj else self.pool_queue).append(job)
-        return True
-
-    def next_job(self, ppj: bool) -> Job | None:
-        queue = self.ppj_queue if ppj else self.pool_queue
-        if (ppj and not self.ppj_enabled) or (not ppj and not self.pool_patterns):
-            return None
-        if not queue and not self._pull(ppj):
-            return None
-        return queue.popleft()
-
     def top_up(self) -> None:
         if self.stopping:
             return
         pool = [h for h in self.workers.values() if not h.ephemeral]
-        if self.pool_patterns and len(pool) < self.cfg.workers:
+        if self.supply.enabled[Queue.POOL] and len(pool) < self.cfg.workers:
             for _ in range(self.cfg.workers - len(pool)):
-                if not self.pool_queue and not self._peek_more(False):
+                if not self.supply.peek(Queue.POOL):
                     break
                 self.start_worker(ephemeral=False)
         for h in pool:
@@ -302,29 +223,29 @@ class Session:
             room = 2 * self.cfg.threads if h.job_limit is None else \
                 min(2 * self.cfg.threads, h.job_limit - h.jobs_sent + len(h.outstanding))
             while h.state is State.RUNNING and len(h.outstanding) + len(batch) < room:
-                job = self.next_job(False)
+                job = self.supply.next(Queue.POOL)
                 if job is None:
                     break
                 batch.append(job)
             h.send_jobs(batch)
             if h.state is State.RUNNING and not h.outstanding and (
-                    h.retiring or (self.stream_done and not self.pool_queue)):
+                    h.retiring or (self.supply.done and not self.supply.queued(Queue.POOL))):
                 h.stop()
         ephemeral = [h for h in self.workers.values() if h.ephemeral and not
                      (h.watch is not None and h.proc.returncode is not None)]  # exited tool
         exiting = [h for h in ephemeral if h.batch is not None]
         wave: int | None = None
         ready = getattr(self.runner, "ready", None)  # a runner may hold launches back
-        while self.ppj_enabled and len(ephemeral) < self.ppj_slots:
+        while self.supply.enabled[Queue.ONE_JOB] and len(ephemeral) < self.ppj_slots:
             if ready is not None and not ready():
                 break
-            job = self.next_job(True)
+            job = self.supply.next(Queue.ONE_JOB)
             if job is None:
                 break
-            exit_job = job.pattern in _EXIT_FAMILY
+            exit_job = is_exit_job(job)
             if exit_job and exiting and wave is None:
                 # a batch starts together and exits together: wait for the last of the wave
-                self.ppj_queue.appendleft(job)
+                self.supply.put_back(job)
                 break
             h = self.start_worker(ephemeral=True, exit_job=exit_job, job=job)
             if exit_job:
@@ -337,38 +258,14 @@ class Session:
             h.stop()
             ephemeral.append(h)
 
-    def _peek_more(self, ppj: bool) -> bool:
-        job = self.next_job(ppj)
-        if job is None:
-            return False
-        (self.ppj_queue if ppj else self.pool_queue).appendleft(job)
-        return True
-
     def start_worker(self, ephemeral: bool, exit_job: bool = False,
                      job: Job | None = None) -> WorkerHandle:
-        wid = self.next_worker_id
-        self.next_worker_id += 1
+        wid = self.pool.new_id()
         return self._spawn(wid, ephemeral, exit_job, job)
-
-    def _exit_runner(self) -> Runner:
-        """The fork server for exit-family jobs (interpreter start-up paid once), or spawn
-        where forking is unsafe or the server keeps dying (said once, on stderr and in the
-        manifest)."""
-        if self.exit_runner is None:
-            try:
-                self.exit_runner = ForkRunner(self.python, self.worker_env(), self.run_dir)
-                self.exit_runner_note = "fork-server"
-            except (ForkServerUnsafe, ForkServerDown) as exc:
-                self.exit_runner = SpawnRunner()
-                self.exit_runner_note = f"spawn (fork server unusable: {exc})"
-                sys.stderr.write(f"iree-stress: exit paths use spawn: {exc}\n")
-            self.store.update_manifest(self.run_id, self.manifest())
-        return self.exit_runner
 
     def _spawn(self, wid: int, ephemeral: bool, exit_job: bool = False,
                job: Job | None = None) -> WorkerHandle:
-        gen = self.generation[wid]
-        self.generation[wid] += 1
+        gen = self.pool.next_generation(wid)
         if self.spawn_env is None:  # the same for every worker: built once (~1 ms each)
             self.spawn_env = self.worker_env()
         spec = LaunchSpec(wid, gen, self.python, self.config_for(wid), self.run_dir,
@@ -376,24 +273,15 @@ class Session:
                           job=job, timeout_s=self.cfg.timeout_s,
                           teardown_timeout_s=self.cfg.teardown_timeout_s)
         self.facts_requested = True
-        runner = self._exit_runner() if exit_job else self.runner
-        try:
-            h = runner.launch(spec)
-        except (ForkServerDown, ForkServerUnsafe) as exc:  # restarted by the runner; else spawn
-            if self.exit_runner is not None:
-                self.exit_runner.close()
-            self.exit_runner = SpawnRunner()
-            self.exit_runner_note = f"spawn (fork server unusable: {exc})"
-            sys.stderr.write(f"iree-stress: exit paths now use spawn: {exc}\n")
-            h = self.exit_runner.launch(spec)
+        h = self.pool.launch(spec, exit_job)
         h.facts_worker = spec.facts
         if not self.cores_wanted():
             h.cores = capture.no_cores(h.pid)
         if not ephemeral and self.cfg.max_jobs_per_worker is not None:
             h.job_limit = self._job_limit()
         h.db_row = self.store.add_worker(self.run_id, wid, gen, h.pid)
-        if self.soak_started is None and self.cfg.engine != "python":
-            self.soak_started = time.monotonic()  # a tool process runs its job at once
+        if self.tally.soak_started is None and self.cfg.engine != "python":
+            self.tally.soak_started = time.monotonic()  # a tool process runs its job at once
         if len(self.devices) > 1 and self.timeline_store is not None:
             self.timeline_store.set_worker_device(h.db_row, self.device_for(wid))
         self.workers[wid] = h
@@ -442,8 +330,8 @@ class Session:
         h.hello_at = time.monotonic()
         if not h.cores:  # its start-up (prepare_child) raised the core limit again
             capture.no_cores(h.pid)
-        if self.soak_started is None:
-            self.soak_started = h.hello_at  # the worker takes its first job now
+        if self.tally.soak_started is None:
+            self.tally.soak_started = h.hello_at  # the worker takes its first job now
         if not self.facts and "iree_runtime" in payload:
             self.facts = payload
             self.store.update_manifest(self.run_id, self.manifest())
@@ -452,16 +340,11 @@ class Session:
         """Fires when a worker thread finished a job (whatever its outcome)."""
         job = Job.from_dict(payload["job"])
         h.finished(job.index)
-        self.jobs_ended += 1
         res = payload["result"]
-        failed = bool(res["errors"] or res["miscompare"])
+        failed = self.tally.job_ended(job.pattern, res["invocations"], res["errors"],
+                                      res["miscompare"])
         h.job_failed |= failed
-        self.failed_jobs += failed
         self.store.add_job(self.run_id, h.worker_id, payload, "failed" if failed else "ok")
-        self.invocations += res["invocations"]
-        self.invocations_by_pattern[job.pattern] += res["invocations"]
-        self.failures_by_class[FailureClass.ERROR.value] += res["errors"]
-        self.failures_by_class[FailureClass.MISCOMPARE.value] += res["miscompare"]
         if res.get("counts"):
             self.store.add_failure_counts(self.run_id, payload["job"], res["counts"])
         for note in res["failures"]:
@@ -470,9 +353,6 @@ class Session:
                                native_tid=note.get("native_tid", 0))
             capture.record(self, FailureClass(note["class"]), h, job, None, attr,
                            note["message"], folder=None, count=False)
-        # --max-failures counts failed jobs, not each error: 1,000 errors of one known failure
-        # must not end a soak before a hang shows up
-        self.failure_count += failed
         if self.observer is not None:
             self.observe(Outcome(job, payload.get("pid") or h.pid, failed,
                                  tuple(sorted({n["class"] for n in res["failures"]}))))
@@ -489,7 +369,7 @@ class Session:
         in no count (the summary's stop reason says how many)."""
         for index in payload["jobs"]:
             if h.outstanding.pop(int(index), None) is not None:
-                self.jobs_not_started += 1
+                self.tally.jobs_not_started += 1
 
     def on_bye(self, h: WorkerHandle, payload: dict[str, Any]) -> None:
         """Fires when a worker finished its teardown and is about to exit."""
@@ -518,44 +398,29 @@ class Session:
                 begun = {e.job for v in reader.all_slots() for e in v.entries}
         lost = [j for j in h.outstanding.values()
                 if (failed is None or j.index != failed.index) and j.index not in begun]
-        for job in sorted(lost, key=lambda j: -j.index):
-            (self.ppj_queue if is_ephemeral(job.pattern, self.cfg.engine) else self.pool_queue) \
-                .appendleft(job)
+        self.supply.give_back(lost)
         h.outstanding.clear()
 
     def restart(self, h: WorkerHandle) -> None:
-        """Replaces a dead pool worker, within --max-worker-restarts per _RESTART_WINDOW_S (a
-        long soak of a crashy stack goes on; a restart storm stops it)."""
-        if h.ephemeral or self.stopping:
-            return
-        if not h.retiring and not self.count_restart():  # a retiree is replaced anyway
-            return
-        self.restarts += 1
-        self.workers.pop(h.worker_id, None)
-        self._spawn(h.worker_id, ephemeral=False)
+        """Replaces a dead pool worker, within --max-worker-restarts per restart window."""
+        replace = self.pool.replace(h, self.restart_window, self.stopping)
+        if replace is None:
+            self.stop(self.restart_window.describe())
+        elif replace:
+            self.tally.restarts += 1
+            self._spawn(h.worker_id, ephemeral=False)
 
     def count_restart(self) -> bool:
-        """One more restart (or one-job process that could not start) in the window; False,
-        and the run stops, past --max-worker-restarts (a stack whose workers cannot start
-        would otherwise relaunch the same job forever)."""
-        now = time.monotonic()
-        while self.restart_times and now - self.restart_times[0] > _RESTART_WINDOW_S:
-            self.restart_times.popleft()
-        if len(self.restart_times) >= self.cfg.max_worker_restarts:
-            self.stop(f"more than {self.cfg.max_worker_restarts} worker restarts within "
-                      f"{_RESTART_WINDOW_S:g} s")
-            return False
-        self.restart_times.append(now)
-        return True
+        """One more one-job process that could not start, in the restart window; False, and
+        the run stops, past --max-worker-restarts."""
+        if self.restart_window.allow():
+            return True
+        self.stop(self.restart_window.describe())
+        return False
 
     def retire(self, h: WorkerHandle) -> None:
-        h.close()
-        if self.workers.get(h.worker_id) is h:
-            del self.workers[h.worker_id]
-            if h.retiring and not self.stopping:  # its successor: same worker id, same device
-                self._spawn(h.worker_id, ephemeral=False)
-        if h.unkillable:
-            self.unreaped.append(h)
+        if self.pool.retire(h, self.stopping):
+            self._spawn(h.worker_id, ephemeral=False)
 
     def drain(self, h: WorkerHandle) -> None:
         """Reads and handles everything the worker wrote: results that reached the pipe before
@@ -652,6 +517,7 @@ class Session:
     def stop(self, reason: str) -> None:
         if not self.stopping:
             self.stopping, self.stop_reason = True, reason
+            self.supply.close()
             for h in self.workers.values():
                 h.stop(drop_queued=not h.ephemeral)  # a job process's one job is its work
 
@@ -687,7 +553,8 @@ class Session:
             # tool processes: replacements start before the exits are handled (output checks,
             # evidence, store rows), so no slot idles while the parent works
             self.top_up()
-            queued = (len(self.ppj_queue), len(self.pool_queue), len(self.workers))
+            queued = (self.supply.queued(Queue.ONE_JOB), self.supply.queued(Queue.POOL),
+                      len(self.workers))
         for h, rc in exited:
             capture.on_exit(self, h, rc)
         if self.pending_crashes:
@@ -706,9 +573,10 @@ class Session:
         if self.cfg.duration_s is not None and \
                 time.monotonic() - self.soak_clock() >= self.cfg.duration_s:
             self.stop("duration reached")
-        if self.cfg.max_failures is not None and self.failure_count >= self.cfg.max_failures:
+        if self.cfg.max_failures is not None and \
+                self.tally.failure_count >= self.cfg.max_failures:
             self.stop(f"--max-failures {self.cfg.max_failures} reached")
-        if self.stream_done and not self.pool_queue and not self.ppj_queue and \
+        if self.supply.drained() and \
                 not any(h.outstanding for h in self.workers.values()):
             self.stop("all planned invocations done")
         if self.interrupt is not None:
@@ -718,7 +586,8 @@ class Session:
             reason = self.observer.should_stop()
             if reason:
                 self.stop(reason)
-        if not topped_up or queued != (len(self.ppj_queue), len(self.pool_queue),
+        if not topped_up or queued != (self.supply.queued(Queue.ONE_JOB),
+                                       self.supply.queued(Queue.POOL),
                                        len(self.workers) + len(exited)):
             self.top_up()  # (after the early one, only when exits put jobs back or ended
             #   other workers: a second call per job was ~3% of the parent's time)
@@ -729,11 +598,12 @@ class Session:
     def soak_clock(self) -> float:
         """When --duration began: the first job's start, or (no worker ever started a job)
         the end of the start-up allowance, so that a runtime that cannot start still ends."""
-        if self.soak_started is not None:
-            return self.soak_started
-        if time.monotonic() - self.started > _STARTUP_TIMEOUT_S:
-            self.soak_started = self.started + _STARTUP_TIMEOUT_S
-            return self.soak_started
+        t = self.tally
+        if t.soak_started is not None:
+            return t.soak_started
+        if time.monotonic() - t.started > _STARTUP_TIMEOUT_S:
+            t.soak_started = t.started + _STARTUP_TIMEOUT_S
+            return t.soak_started
         return time.monotonic()
 
     # ---- telemetry time line -------------------------------------------------------------
@@ -835,7 +705,7 @@ class Session:
                     self.tick()
             # the harness's own cost: the parent's CPU (all its threads) while jobs ran, per
             # job ended (the native engine's throughput is bounded by it on a busy machine)
-            self.phases.record("parent_cpu", time.process_time() - cpu0, self.jobs_ended)
+            self.phases.record("parent_cpu", time.process_time() - cpu0, self.tally.jobs_ended)
             self.cooldown()
             if self.interrupt is not None:  # interrupted while cooling down: still said so
                 raise Interrupted(self.interrupt)
@@ -861,19 +731,17 @@ class Session:
                 pass
             if self._crash_pool is not None:
                 self._crash_pool.shutdown(wait=False, cancel_futures=True)
-            self.runner.close()
-            if self.exit_runner is not None:
-                self.exit_runner.close()
+            self.pool.close()
             postmortem.sweep_cores(self.run_dir)  # cores nobody read (cap reached, races)
-            if self.jobs_not_started:
-                self.stop_reason += (f"; {self.jobs_not_started} queued job(s) not started")
+            if self.tally.jobs_not_started:
+                self.stop_reason += f"; {self.tally.jobs_not_started} queued job(s) not started"
             if self.unreaped:
                 self.stop_reason += (f"; {len(self.unreaped)} worker(s) survived SIGKILL (stuck "
                                      "in the kernel, D state)")
             if self.harness_errors:
                 self.stop_reason += f"; harness errors: {'; '.join(self.harness_errors[:3])}"
-            self.phases.count("soak", self.invocations)
-            self.phases.count("teardown", self.next_worker_id)
+            self.phases.count("soak", self.tally.invocations)
+            self.phases.count("teardown", self.pool.next_worker_id)
             try:
                 self.store.set_phases(self.run_id, self.phases.rows())
                 self.store.end_run(self.run_id, status, self.stop_reason)

@@ -165,6 +165,7 @@ def test_a_worker_gives_back_only_what_no_thread_took_and_the_parent_forgets_tho
 
     from stress.engine.jobs import Job
     from stress.engine.session import Session
+    from stress.engine.tally import RunTally
     from stress.engine.worker import Worker
 
     sent: list[tuple[str, dict[str, object]]] = []
@@ -177,9 +178,9 @@ def test_a_worker_gives_back_only_what_no_thread_took_and_the_parent_forgets_tho
     Worker.drop_queued(w)  # type: ignore[arg-type]
     assert sent == [("jobs_dropped", {"jobs": [1, 2, 3]})] and w.jobs.empty()
     h = SimpleNamespace(outstanding={j.index: j for j in jobs})
-    s = SimpleNamespace(jobs_not_started=0)
+    s = SimpleNamespace(tally=RunTally())
     Session.on_jobs_dropped(s, h, sent[0][1])  # type: ignore[arg-type]
-    assert list(h.outstanding) == [0] and s.jobs_not_started == 3
+    assert list(h.outstanding) == [0] and s.tally.jobs_not_started == 3
     Worker.drop_queued(w)  # type: ignore[arg-type]
     assert len(sent) == 1  # nothing left: no message
 

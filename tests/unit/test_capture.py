@@ -118,3 +118,39 @@ def test_the_evidence_mode_is_known_before_the_core_is_read_and_keeps_step_and_p
                                             "exit-alive")
     assert exit_key != capture.evidence_key(FailureClass.CRASH, "SIGABRT", "worker-exit",
                                             "exit-clean")
+
+
+def _exit(rc: int, said_bye: bool = True, said_hello: bool = True, expected_rc: int = 0,
+          exec_group: bool = False, python_exception: str = "") -> capture.ExitKind:
+    return capture.classify_exit(rc, said_bye=said_bye, said_hello=said_hello,
+                                 expected_rc=expected_rc, exec_group=exec_group,
+                                 python_exception=python_exception)[0]
+
+
+def test_an_exit_is_clean_only_with_a_bye_and_the_status_its_job_expects() -> None:
+    from stress.engine.forkclient import RETURNCODE_LOST
+
+    assert _exit(0) is capture.ExitKind.CLEAN
+    assert _exit(-15, expected_rc=-15) is capture.ExitKind.CLEAN  # exit-sigterm's own end
+    assert _exit(0, said_bye=False) is capture.ExitKind.FAILURE  # exited 0 before its jobs
+    assert _exit(-11) is capture.ExitKind.FAILURE  # a crash in its exit: the status wins
+    assert _exit(RETURNCODE_LOST) is capture.ExitKind.HARNESS
+
+
+def test_harness_exit_codes_are_ours_except_for_a_users_command() -> None:
+    assert capture.classify_exit(70, said_bye=False, said_hello=True, expected_rc=0,
+                                 exec_group=False, python_exception="") == \
+        (capture.ExitKind.HARNESS, "failed in iree-stress's own code")
+    assert _exit(71, said_bye=False) is capture.ExitKind.HARNESS
+    assert _exit(70, said_bye=False, exec_group=True) is capture.ExitKind.FAILURE
+    assert _exit(71, exec_group=True) is capture.ExitKind.FAILURE
+
+
+def test_a_worker_that_dies_of_an_import_error_before_its_hello_could_not_start() -> None:
+    err = "ModuleNotFoundError: No module named 'iree'"
+    kind, why = capture.classify_exit(1, said_bye=False, said_hello=False, expected_rc=0,
+                                      exec_group=False, python_exception=err)
+    assert kind is capture.ExitKind.HARNESS and why == f"could not start: {err}"
+    assert _exit(1, said_bye=False, said_hello=True,
+                 python_exception=err) is capture.ExitKind.FAILURE  # after hello: the run's
+    assert _exit(1, said_bye=False, said_hello=False) is capture.ExitKind.FAILURE

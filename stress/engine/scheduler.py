@@ -1,0 +1,132 @@
+"""Job supply of a soak: the seeded plan split into two named queues, the pool's and the
+one-job processes', each drawn only as its workers take jobs, and jobs given back.
+
+The session asks (`next`, `peek`), the supply answers; it never starts a process. A queue
+that is the bottleneck never makes the other one grow: each draws from its own filtered copy
+of the same seeded stream.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+
+from stress.engine import exitpaths
+from stress.engine.config import SoakConfig
+from stress.engine.jobs import Job, schedule
+
+_PROCESS_PER_JOB = "process-per-job"
+_EXIT_FAMILY: frozenset[str] = frozenset(exitpaths.FAMILY)
+
+
+def is_ephemeral(pattern: str, engine: str = "python") -> bool:
+    """Patterns whose every job is a process of its own (one job, then exit): process-per-job,
+    the exit family, and every job of a non-Python engine (a tool or a user's command)."""
+    return engine != "python" or pattern == _PROCESS_PER_JOB or pattern in _EXIT_FAMILY
+
+
+def is_exit_job(job: Job) -> bool:
+    """A job of the exit family: its processes start in waves whose exits overlap."""
+    return job.pattern in _EXIT_FAMILY
+
+
+class Queue(enum.Enum):
+    """Which workers a job goes to."""
+
+    POOL = "pool"  # long-lived pool workers (--workers), many jobs each
+    ONE_JOB = "one-job"  # a process per job (process-per-job, exit family, tool engines)
+
+    def describe(self) -> str:
+        return {Queue.POOL: "the worker pool",
+                Queue.ONE_JOB: "one-job processes"}[self]
+
+
+def queue_of(pattern: str, engine: str) -> Queue:
+    return Queue.ONE_JOB if is_ephemeral(pattern, engine) else Queue.POOL
+
+
+def _only(stream: Iterator[Job], q: Queue, engine: str) -> Iterator[Job]:
+    """The jobs of one queue: a filtered copy of the seeded stream (one per queue, so each
+    queue draws only what it runs)."""
+    return (j for j in stream if queue_of(j.pattern, engine) is q)
+
+
+class JobSupply:
+    """The plan's jobs, queue by queue, up to --invocations; `close()` (the run is stopping)
+    ends every draw from the plan, while jobs already queued or given back still come out."""
+
+    def __init__(self, config: SoakConfig,
+                 stream: Callable[[], Iterable[Job]] | None = None):
+        """`stream`: makes the plan (a fresh copy per call); default: the seeded schedule."""
+        self.engine = config.engine
+        self.limit = config.invocations
+        self.planned_invocations = config.planned_before  # a resumed plan's earlier runs
+        self.done = False  # the plan is used up (or --invocations reached)
+        self.closed = False
+
+        def plan() -> Iterator[Job]:
+            if stream is not None:
+                return iter(stream())
+            return schedule(config.seed, config.programs, config.patterns, config.shard,
+                            config.job_scale, config.job_seed, start=config.first_job)
+
+        self.streams: dict[Queue, Iterator[Job]] = {
+            q: _only(plan(), q, config.engine) for q in Queue}
+        self.queues: dict[Queue, deque[Job]] = {q: deque() for q in Queue}
+        self.enabled: dict[Queue, bool] = {
+            q: any(queue_of(p, config.engine) is q for p in config.patterns) for q in Queue}
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _pull(self, q: Queue) -> bool:
+        """Moves one job of the seeded plan into its queue. False when the plan is done."""
+        if self.done or self.closed:
+            return False
+        if self.limit is not None and self.planned_invocations >= self.limit:
+            self.done = True
+            return False
+        job = next(self.streams[q], None)
+        if job is None:  # a finite plan (the seeded one never ends)
+            self.done = True
+            return False
+        self.planned_invocations += job.invocations
+        self.queues[q].append(job)
+        return True
+
+    def next(self, q: Queue) -> Job | None:
+        """The next job for queue `q`, or None (nothing queued and nothing more planned)."""
+        queue = self.queues[q]
+        if not self.enabled[q]:
+            return None
+        if not queue and not self._pull(q):
+            return None
+        return queue.popleft()
+
+    def peek(self, q: Queue) -> bool:
+        """Whether `next(q)` would give a job (one is drawn into the queue if needed)."""
+        if self.queues[q]:
+            return True
+        job = self.next(q)
+        if job is None:
+            return False
+        self.queues[q].appendleft(job)
+        return True
+
+    def put_back(self, job: Job) -> None:
+        """A job taken but not started (a wave that must wait): first again in its queue."""
+        self.queues[queue_of(job.pattern, self.engine)].appendleft(job)
+
+    def give_back(self, jobs: Iterable[Job]) -> None:
+        """Jobs of a dead worker that another worker runs again: to the front of their queues,
+        in plan order."""
+        for job in sorted(jobs, key=lambda j: -j.index):
+            self.put_back(job)
+
+    def queued(self, q: Queue) -> int:
+        return len(self.queues[q])
+
+    def drained(self) -> bool:
+        """The plan is used up and no job waits in any queue."""
+        return self.done and not any(self.queues.values())
