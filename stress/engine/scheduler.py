@@ -12,23 +12,20 @@ import enum
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
-from stress.engine import exitpaths
+from stress import vocab
 from stress.engine.config import SoakConfig
 from stress.engine.jobs import Job, schedule
 
-_PROCESS_PER_JOB = "process-per-job"
-_EXIT_FAMILY: frozenset[str] = frozenset(exitpaths.FAMILY)
 
-
-def is_ephemeral(pattern: str, engine: str = "python") -> bool:
+def is_ephemeral(pattern: str, engine: str = vocab.Engine.PYTHON.value) -> bool:
     """Patterns whose every job is a process of its own (one job, then exit): process-per-job,
     the exit family, and every job of a non-Python engine (a tool or a user's command)."""
-    return engine != "python" or pattern == _PROCESS_PER_JOB or pattern in _EXIT_FAMILY
+    return vocab.one_job_process(pattern, engine)
 
 
 def is_exit_job(job: Job) -> bool:
     """A job of the exit family: its processes start in waves whose exits overlap."""
-    return job.pattern in _EXIT_FAMILY
+    return vocab.exit_path_of(job.pattern) is not None
 
 
 class Queue(enum.Enum):
