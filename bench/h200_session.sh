@@ -162,6 +162,20 @@ truth)
       2> $T/exit_paths-cuda-h200.log
     echo \"exits exit \$?\" >> $T/lanes.log
     timeout 60 python3 -m stress report $T/exits > $T/exit_paths-cuda-h200-report.txt 2>&1
+    # issue 26 on one GPU: --gpus all, and two URIs of the one GPU (bookkeeping only: the
+    #   same GPU twice is not two GPUs), each failure naming its device
+    timeout 90 python3 -m stress soak --target cuda --artifacts $ART --gpus all \
+      --patterns shared,per-call --duration 15s --workers 2 --threads 1 --json -q \
+      --results $T/gpus-all > $T/gpus-all.json 2> $T/gpus-all.log
+    timeout 90 python3 -m stress soak --target cuda --artifacts $ART \
+      --device cuda://0,cuda://0 --patterns shared --duration 15s --workers 2 --threads 1 \
+      --inject raise@invoke:0.02 --json -q --results $T/two-uris > $T/two-uris.json \
+      2> $T/two-uris.log
+    (timeout 60 python3 -m stress report $T/gpus-all; timeout 60 python3 -m stress report \
+      $T/two-uris; python3 -c 'import sqlite3,sys; [print(p, sqlite3.connect(p + \"/stress.db\")
+      .execute(\"SELECT worker, device FROM workers\").fetchall()) for p in sys.argv[1:]]' \
+      $T/gpus-all $T/two-uris) > $T/gpus-cuda-h200.txt 2>&1
+    echo \"gpus exit \$?\" >> $T/lanes.log
     timeout 500 python3 bench/signature_stability.py --target cuda --artifacts $ART --runs 10 \
       --duration 15 --parallel 4 > $T/signature_stability-cuda-h200.txt 2>&1
     echo \"stability exit \$?\" >> $T/lanes.log
@@ -187,10 +201,10 @@ truth-finish)
   cat "$T/evidence_budget-cuda-h200.txt"
   cp $T/fault_matrix-cuda-h200-on.txt $T/fault_matrix-cuda-h200-off.txt \
      $T/signature_stability-cuda-h200.txt $T/evidence_budget-cuda-h200.txt \
-     $T/exit_paths-cuda-h200-report.txt "$OUT/" 2>/dev/null
+     $T/exit_paths-cuda-h200-report.txt $T/gpus-cuda-h200.txt "$OUT/" 2>/dev/null
   tar czf "$OUT/truth-logs.tgz" -C /tmp truth/lanes.log truth/exit_paths-cuda-h200.json \
     truth/exit_paths-cuda-h200.log truth/fault_matrix-cuda-h200-on.log \
-    truth/fault_matrix-cuda-h200-off.log 2>/dev/null
+    truth/fault_matrix-cuda-h200-off.log truth/gpus-all.json truth/two-uris.json 2>/dev/null
   ls -la "$OUT"
   ;;
 *)
