@@ -28,6 +28,9 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 SOAK_S=${SOAK_S:-600}
 
 install() {
+  # the copy of the tree may not keep file modes: without this the outputs' headers would say
+  #   "+ uncommitted changes" for an unchanged tree
+  git config core.fileMode false 2>/dev/null
   [ -d /tmp/site/iree ] || python3 -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target /tmp/site .cache/hgpu/wheels/*.whl || exit 1
 }

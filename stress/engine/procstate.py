@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -153,6 +153,58 @@ def read_thread(pid: int, tid: int, *, details: bool = True) -> ThreadState | No
         stack = _read(base / "stack")
         stack = stack.strip() if stack and stack.strip() else None
     return ThreadState(tid, comm, state, ticks, cpu_ns, wchan, stack)
+
+
+# futex(2) on the architectures we run on (x86_64, aarch64), and the wait commands
+_FUTEX_SYSCALLS: frozenset[int] = frozenset({202, 98})
+_FUTEX_CMD_MASK: int = 0x7F  # FUTEX_PRIVATE_FLAG (128) and FUTEX_CLOCK_REALTIME (256) cleared
+_FUTEX_WAITS: frozenset[int] = frozenset({0, 9})  # FUTEX_WAIT, FUTEX_WAIT_BITSET
+GIL_SAMPLES: int = 3  # a GIL waiter wakes every 5 ms (sys.getswitchinterval) and waits again:
+#   three reads a millisecond apart all in a timed wait, and it is not the thread that stalled
+_GIL_SAMPLE_GAP_S: float = 0.001
+
+
+def parse_syscall(text: str) -> tuple[int, list[int]] | None:
+    """(syscall number, its six arguments) of a /proc/PID/task/TID/syscall line; None when the
+    thread runs in user space ("running") or is not in a syscall ("-1 ...")."""
+    parts = text.split()
+    if not parts or parts[0] in ("running", "-1"):
+        return None
+    try:
+        return int(parts[0]), [int(a, 16) for a in parts[1:7]]
+    except ValueError:
+        return None
+
+
+def in_timed_futex_wait(text: str) -> bool:
+    """Whether a /proc/.../syscall line is a futex wait with a timeout: how CPython's threads
+    wait for the GIL (a condition variable waited on 5 ms at a time), unlike a thread join,
+    a lock or a stall, which wait with none (or spin)."""
+    call = parse_syscall(text)
+    if call is None or call[0] not in _FUTEX_SYSCALLS or len(call[1]) < 4:
+        return False
+    _uaddr, op, _val, timeout = call[1][:4]
+    return (op & _FUTEX_CMD_MASK) in _FUTEX_WAITS and timeout != 0
+
+
+def waits_for_gil(pid: int, tid: int, samples: int = GIL_SAMPLES) -> bool:
+    """Whether thread `tid` of `pid` looks like it waits for the GIL (every sample a timed futex
+    wait): a victim of whichever thread holds it, not the one that stalled. False when it
+    cannot be read (gone, no permission): the caller then keeps its own rule."""
+    path = Path(f"/proc/{pid}/task/{tid}/syscall")
+    for i in range(samples):
+        text = _read(path)
+        if text is None or not in_timed_futex_wait(text):
+            return False
+        if i + 1 < samples:
+            time.sleep(_GIL_SAMPLE_GAP_S)
+    return True
+
+
+def gil_waiter(pid: int, tid_of: Callable[[int], int]) -> Callable[[int], bool]:
+    """`waits_for_gil` by journal slot (`tid_of(slot)`: the slot's native thread id), for
+    `watchdog.scan`."""
+    return lambda slot: (tid := tid_of(slot)) > 0 and waits_for_gil(pid, tid)
 
 
 def thread_ids(pid: int) -> list[int]:

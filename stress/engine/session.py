@@ -495,10 +495,13 @@ class Session:
             if h.watch is not None:  # a process without our journal: its runner's deadlines
                 found = h.watch(now_ns)
             else:
+                reader = h.journal()
                 found = watchdog.scan(
-                    h.journal(), now_ns, limits, started_ns=int(h.started * 1e9),
+                    reader, now_ns, limits, started_ns=int(h.started * 1e9),
                     bye_ns=int(h.bye_at * 1e9) if h.bye_at is not None else None,
-                    stop_ns=int(h.stop_sent_at * 1e9) if h.stop_sent_at is not None else None)
+                    stop_ns=int(h.stop_sent_at * 1e9) if h.stop_sent_at is not None else None,
+                    gil_waiter=procstate.gil_waiter(h.pid, reader.native_tid)
+                    if reader is not None else None)
             if found is not None and not procstate.exiting(h.pid):  # one dying (writing its
                 #   core as the deadline passed) is a crash: on_exit records it
                 stuck.append((h, found))

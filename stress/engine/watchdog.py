@@ -4,11 +4,14 @@ session feeds it `now`, tests feed it a fake one).
 Every step a worker takes has a deadline and a class: HAL steps (--timeout), teardown steps and
 the worker's exit (--teardown-timeout: a teardown hang), interpreter start-up before the journal
 exists, a job whose thread made no journal progress at all, and a worker told to stop that
-neither finishes nor exits.
+neither finishes nor exits. When several threads are late, which one stalled is the only
+question that needs more than the journal: the caller may say which threads wait for the GIL
+(a cheap /proc read before any evidence is taken).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from stress.engine.journal import JournalReader, Phase, Step
@@ -38,8 +41,10 @@ class Stuck:
 
 
 def scan(reader: JournalReader | None, now_ns: int, limits: Limits, *, started_ns: int,
-         bye_ns: int | None, stop_ns: int | None) -> Stuck | None:
-    """The first deadline this worker has passed, or None."""
+         bye_ns: int | None, stop_ns: int | None,
+         gil_waiter: Callable[[int], bool] | None = None) -> Stuck | None:
+    """The first deadline this worker has passed, or None. `gil_waiter(slot)`: whether that
+    slot's thread now waits for the GIL (read from /proc by the caller; None: not known)."""
     if reader is None:
         age = (now_ns - started_ns) / 1e9
         if age > limits.startup_s:
@@ -73,10 +78,15 @@ def scan(reader: JournalReader | None, now_ns: int, limits: Limits, *, started_n
         if age > limit:
             late.append((ts, Stuck(slot, step, step.label, step.is_teardown(), age)))
     if late:
-        # Several threads past their deadlines: blame the step begun last. A thread stuck in
-        # native code while holding the GIL stops every other thread from running Python, so
-        # no journal record can follow its begin: the others are its victims (typically a
-        # step whose native part ended and that waits for the GIL to return).
+        # Several threads past their deadlines: the ones waiting for the GIL are victims of
+        # the thread that holds it, stuck in native code; a victim's step may have begun after
+        # the culprit's (the GIL changed hands between the culprit's begin record and its
+        # stall: a release, then another thread's readback waiting on a fence, seen on cuda).
+        # Among the rest, blame the step begun last: a thread stuck holding the GIL stops
+        # every other thread from running Python, so no record can follow its begin.
+        if len(late) > 1 and gil_waiter is not None:
+            culprits = [x for x in late if x[1].slot is None or not gil_waiter(x[1].slot)]
+            late = culprits or late
         return max(late, key=lambda x: x[0])[1]
     if job_stuck is not None:
         return job_stuck

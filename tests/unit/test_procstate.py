@@ -1,0 +1,61 @@
+"""procstate: which late thread waits for the GIL (a victim) and which stalled, read from
+/proc/PID/task/TID/syscall before any evidence tool touches the process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from stress.engine import procstate
+
+# a release stalled in native code while holding the GIL (ctypes.PyDLL keeps it), and a
+#   thread whose native call ended meanwhile and now waits for the GIL to come back
+_GIL_SCENE = textwrap.dedent("""
+    import ctypes, threading, time
+    def victim():
+        time.sleep(0.2)
+        ctypes.CDLL(None).usleep(50000)  # the GIL is released here, then wanted back
+    t = threading.Thread(target=victim)
+    t.start()
+    print(threading.get_native_id(), t.native_id, flush=True)
+    time.sleep(0.05)
+    ctypes.PyDLL(None).pause()  # blocks forever, holding the GIL
+""")
+
+
+def test_a_timed_futex_wait_is_told_apart_from_untimed_waits_and_running() -> None:
+    gil = "202 0x7f9af734e6f0 0x89 0x0 0x7f9af685da40 0x0 0xffffffff 0x7f9af685d910 0x7f9a"
+    join = "202 0x7f9af734e6f0 0x80 0x1c2 0x0 0x0 0x0 0x7f9af685d910 0x7f9af6ca3f16"
+    assert procstate.in_timed_futex_wait(gil)
+    assert not procstate.in_timed_futex_wait(join)  # a thread join: no timeout
+    assert not procstate.in_timed_futex_wait("34 0x0 0x0 0x2 0x0 0x0 0x5600 0x7ffe 0x7f9a")
+    assert not procstate.in_timed_futex_wait("running")
+    assert not procstate.in_timed_futex_wait("-1 0x7ffe 0x7f9a")
+    assert procstate.parse_syscall("running") is None
+    assert procstate.parse_syscall(join) == (202, [0x7f9af734e6f0, 0x80, 0x1c2, 0, 0, 0])
+
+
+@pytest.mark.skipif(not Path("/proc/self/syscall").exists(), reason="no /proc/PID/syscall")
+def test_the_thread_waiting_for_the_gil_is_the_victim_and_the_one_holding_it_is_not() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _GIL_SCENE], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        culprit, victim = (int(x) for x in proc.stdout.readline().split())
+        found = False
+        for _ in range(200):  # the victim's usleep ends ~0.25 s in; then it waits for good
+            if procstate.waits_for_gil(proc.pid, victim):
+                found = True
+                break
+            subprocess.run(["sleep", "0.02"], check=True)
+        assert found, "the thread waiting for the GIL was never seen in a timed futex wait"
+        assert not procstate.waits_for_gil(proc.pid, culprit)
+        by_slot = procstate.gil_waiter(proc.pid, {0: culprit, 1: victim, 2: 0}.__getitem__)
+        assert [by_slot(s) for s in (0, 1, 2)] == [False, True, False]
+    finally:
+        proc.kill()
+        proc.wait()
