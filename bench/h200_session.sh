@@ -210,6 +210,22 @@ truth-finish)
     truth/fault_matrix-cuda-h200-off.log truth/gpus-all.json truth/two-uris.json 2>/dev/null
   ls -la "$OUT"
   ;;
+joins)
+  # the join-stall cells again (the GIL-waiter rule of the watchdog), cuda-gdb on PATH and off
+  #   side by side; the evidence of any failure of an unexpected class comes back too
+  install
+  nvidia-smi -L
+  export PATH=/tmp/site/bin:$PATH
+  for mode in on off; do
+    timeout 400 python3 bench/gpu_fault_matrix.py --target cuda --artifacts "$ART" \
+      --duration "${MATRIX_S:-12}" --workers 4 --teardown-timeout 5 --debuggers $mode \
+      --faults join-spin,join-block --keep-odd /tmp/odd-$mode \
+      > "$OUT/fault_matrix-cuda-joins-$mode.txt" 2>&1 &
+  done
+  wait
+  tail -9 "$OUT"/fault_matrix-cuda-joins-*.txt
+  tar czf "$OUT/odd.tgz" -C /tmp odd-on odd-off 2>/dev/null
+  ;;
 *)
   echo "usage: $0 start|finish|more|ratios|overhead|latency|matrix-on|matrix-off|exits|truth|truth-finish" >&2
   exit 2
