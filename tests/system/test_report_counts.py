@@ -252,3 +252,18 @@ def test_a_user_program_without_a_reference_is_said_to_be_checked_for_repeatabil
     props = {p.get("name"): p.get("value") for p in r.junit.iter("property")}
     assert "numerics: " + props["numerics"] == said
     check_same_numbers(r)
+
+
+def test_the_shared_device_of_each_worker_is_counted_as_created(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """A shared-pattern run said "0 devices created" over its pool's full teardowns (seen on
+    the lent H100: 4,550 invocations on 2 workers' shared devices)."""
+    run = tmp_path / "r"
+    res = run_cli("soak", "--target", "cpu", "--patterns", "shared", "--programs",
+                  "unary.*.f32.64x64", "--workers", "2", "--threads", "2", "--invocations",
+                  "600", "--seed", "4", "--json", "-q", "--results", str(run))
+    assert res.rc == 0, res.stderr[-2000:]
+    s = res.json()
+    assert s["worker_processes"] == 2 and s["devices_created"] == 2, s
+    text = run_cli("report", str(run)).stdout
+    assert "2 worker processes, 2 devices created" in text
