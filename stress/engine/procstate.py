@@ -168,7 +168,7 @@ def parse_syscall(text: str) -> tuple[int, list[int]] | None:
     """(syscall number, its six arguments) of a /proc/PID/task/TID/syscall line; None when the
     thread runs in user space ("running") or is not in a syscall ("-1 ...")."""
     parts = text.split()
-    if not parts or parts[0] in ("running", "-1"):
+    if not parts or not parts[0].isdigit():  # "running" (user space) or "-1" (no syscall)
         return None
     try:
         return int(parts[0]), [int(a, 16) for a in parts[1:7]]

@@ -549,8 +549,10 @@ class Session:
                 exited.append((h, rc))
         # only tool processes (h.watch): the early top-up counts them out once exited, so the
         #   worker count below can tell whether on_exit ended anything else
+        #   An exec job that failed is handled first: its group's cores (a test's `core` in
+        #   its build folder) are moved before a successor's test can crash over them
         topped_up = bool(exited) and self.cfg.engine != "python" and \
-            all(h.watch is not None for h, _ in exited)
+            all(h.watch is not None and (h.group is None or rc == 0) for h, rc in exited)
         queued: tuple[int, int, int] | None = None
         if topped_up:
             # tool processes: replacements start before the exits are handled (output checks,
