@@ -159,8 +159,12 @@ def read_thread(pid: int, tid: int, *, details: bool = True) -> ThreadState | No
 _FUTEX_SYSCALLS: frozenset[int] = frozenset({202, 98})
 _FUTEX_CMD_MASK: int = 0x7F  # FUTEX_PRIVATE_FLAG (128) and FUTEX_CLOCK_REALTIME (256) cleared
 _FUTEX_WAITS: frozenset[int] = frozenset({0, 9})  # FUTEX_WAIT, FUTEX_WAIT_BITSET
-GIL_SAMPLES: int = 3  # a GIL waiter wakes every 5 ms (sys.getswitchinterval) and waits again:
-#   three reads a millisecond apart all in a timed wait, and it is not the thread that stalled
+GIL_SAMPLES: int = 7  # a GIL waiter wakes every 5 ms (sys.getswitchinterval), takes the GIL's
+#   mutex (an untimed futex wait when contended) and waits again: seven reads a millisecond
+#   apart, at least GIL_TIMED_SAMPLES of them in a timed wait, and it is not the thread that
+#   stalled. With eight waiters on two cores ~7% of reads catch one running (all three of
+#   three reads in a wait missed ~7% of them: a victim blamed for the hang, seen on cuda)
+GIL_TIMED_SAMPLES: int = 3
 _GIL_SAMPLE_GAP_S: float = 0.001
 
 
@@ -187,18 +191,25 @@ def in_timed_futex_wait(text: str) -> bool:
     return (op & _FUTEX_CMD_MASK) in _FUTEX_WAITS and timeout != 0
 
 
-def waits_for_gil(pid: int, tid: int, samples: int = GIL_SAMPLES) -> bool:
-    """Whether thread `tid` of `pid` looks like it waits for the GIL (every sample a timed futex
-    wait): a victim of whichever thread holds it, not the one that stalled. False when it
+def waits_for_gil(pid: int, tid: int, samples: int = GIL_SAMPLES,
+                  needed: int = GIL_TIMED_SAMPLES) -> bool:
+    """Whether thread `tid` of `pid` looks like it waits for the GIL (`needed` of `samples`
+    reads a timed futex wait): a victim of whichever thread holds it, not the one that
+    stalled (spinning, blocked without a timeout, asleep: no timed futex wait). False when it
     cannot be read (gone, no permission): the caller then keeps its own rule."""
     path = Path(f"/proc/{pid}/task/{tid}/syscall")
+    timed = 0
     for i in range(samples):
         text = _read(path)
-        if text is None or not in_timed_futex_wait(text):
+        if text is None:
             return False
-        if i + 1 < samples:
-            time.sleep(_GIL_SAMPLE_GAP_S)
-    return True
+        timed += in_timed_futex_wait(text)
+        if timed >= needed:
+            return True
+        if timed + samples - i - 1 < needed:
+            return False
+        time.sleep(_GIL_SAMPLE_GAP_S)
+    return False
 
 
 def gil_waiter(pid: int, tid_of: Callable[[int], int]) -> Callable[[int], bool]:

@@ -59,3 +59,38 @@ def test_the_thread_waiting_for_the_gil_is_the_victim_and_the_one_holding_it_is_
     finally:
         proc.kill()
         proc.wait()
+
+
+# eight threads waiting for the GIL at once contend for its mutex: on two cores a read catches
+#   one running now and then (all of three reads in a wait missed 28 of 400 checks here)
+_CROWDED_GIL_SCENE = textwrap.dedent("""
+    import ctypes, threading, time
+    def victim():
+        time.sleep(0.2)
+        ctypes.CDLL(None).usleep(50000)
+    threads = [threading.Thread(target=victim) for _ in range(8)]
+    for t in threads:
+        t.start()
+    print(threading.get_native_id(), *[t.native_id for t in threads], flush=True)
+    time.sleep(0.05)
+    ctypes.PyDLL(None).pause()
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/syscall").exists(), reason="no /proc/PID/syscall")
+def test_every_one_of_eight_threads_waiting_for_the_gil_is_a_victim_on_every_check() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _CROWDED_GIL_SCENE], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        culprit, *victims = (int(x) for x in proc.stdout.readline().split())
+        for _ in range(200):  # until every victim's usleep has ended (~0.25 s in)
+            if all(procstate.waits_for_gil(proc.pid, v) for v in victims):
+                break
+            subprocess.run(["sleep", "0.02"], check=True)
+        missed = [v for _ in range(30) for v in victims if not procstate.waits_for_gil(proc.pid, v)]
+        assert not missed, f"{len(missed)} of {30 * len(victims)} checks took a victim for a culprit"
+        assert not procstate.waits_for_gil(proc.pid, culprit)
+    finally:
+        proc.kill()
+        proc.wait()
