@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -39,26 +41,33 @@ def test_a_timed_futex_wait_is_told_apart_from_untimed_waits_and_running() -> No
     assert procstate.parse_syscall(join) == (202, [0x7f9af734e6f0, 0x80, 0x1c2, 0, 0, 0])
 
 
-@pytest.mark.skipif(not Path("/proc/self/syscall").exists(), reason="no /proc/PID/syscall")
-def test_the_thread_waiting_for_the_gil_is_the_victim_and_the_one_holding_it_is_not() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", _GIL_SCENE], stdout=subprocess.PIPE,
-                            text=True)
+@contextlib.contextmanager
+def _scene(source: str, settled: Callable[[int, list[int]], bool]) -> Iterator[list[int]]:
+    """A process running `source` (it prints its native thread ids, the GIL holder first),
+    once `settled(pid, ids)` (polled for up to ~4 s): the ids; killed afterwards."""
+    proc = subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        culprit, victim = (int(x) for x in proc.stdout.readline().split())
-        found = False
-        for _ in range(200):  # the victim's usleep ends ~0.25 s in; then it waits for good
-            if procstate.waits_for_gil(proc.pid, victim):
-                found = True
+        ids = [int(x) for x in proc.stdout.readline().split()]
+        for _ in range(200):  # the victims' usleep ends ~0.25 s in; then they wait for good
+            if settled(proc.pid, ids):
                 break
             subprocess.run(["sleep", "0.02"], check=True)
-        assert found, "the thread waiting for the GIL was never seen in a timed futex wait"
-        assert not procstate.waits_for_gil(proc.pid, culprit)
-        by_slot = procstate.gil_waiter(proc.pid, {0: culprit, 1: victim, 2: 0}.__getitem__)
-        assert [by_slot(s) for s in (0, 1, 2)] == [False, True, False]
+        yield [proc.pid, *ids]
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/syscall").exists(), reason="no /proc/PID/syscall")
+def test_the_thread_waiting_for_the_gil_is_the_victim_and_the_one_holding_it_is_not() -> None:
+    with _scene(_GIL_SCENE, lambda pid, ids: procstate.waits_for_gil(pid, ids[1])) as ids:
+        pid, culprit, victim = ids
+        assert procstate.waits_for_gil(pid, victim), \
+            "the thread waiting for the GIL was never seen in a timed futex wait"
+        assert not procstate.waits_for_gil(pid, culprit)
+        by_slot = procstate.gil_waiter(pid, {0: culprit, 1: victim, 2: 0}.__getitem__)
+        assert [by_slot(s) for s in (0, 1, 2)] == [False, True, False]
 
 
 # eight threads waiting for the GIL at once contend for its mutex: on two cores a read catches
@@ -79,18 +88,11 @@ _CROWDED_GIL_SCENE = textwrap.dedent("""
 
 @pytest.mark.skipif(not Path("/proc/self/syscall").exists(), reason="no /proc/PID/syscall")
 def test_every_one_of_eight_threads_waiting_for_the_gil_is_a_victim_on_every_check() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", _CROWDED_GIL_SCENE], stdout=subprocess.PIPE,
-                            text=True)
-    try:
-        assert proc.stdout is not None
-        culprit, *victims = (int(x) for x in proc.stdout.readline().split())
-        for _ in range(200):  # until every victim's usleep has ended (~0.25 s in)
-            if all(procstate.waits_for_gil(proc.pid, v) for v in victims):
-                break
-            subprocess.run(["sleep", "0.02"], check=True)
-        missed = [v for _ in range(30) for v in victims if not procstate.waits_for_gil(proc.pid, v)]
-        assert not missed, f"{len(missed)} of {30 * len(victims)} checks took a victim for a culprit"
-        assert not procstate.waits_for_gil(proc.pid, culprit)
-    finally:
-        proc.kill()
-        proc.wait()
+    def settled(pid: int, ids: list[int]) -> bool:
+        return all(procstate.waits_for_gil(pid, v) for v in ids[1:])
+
+    with _scene(_CROWDED_GIL_SCENE, settled) as ids:
+        pid, culprit, *victims = ids
+        missed = [v for _ in range(30) for v in victims if not procstate.waits_for_gil(pid, v)]
+        assert not missed, f"{len(missed)} of {30 * len(victims)} checks blamed a victim"
+        assert not procstate.waits_for_gil(pid, culprit)
