@@ -590,6 +590,8 @@ def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]], taken: _T
                   "declared_after_step_begin_s": st.age_s, "workers_stuck": len(stuck),
                   "scan_gap_s": scan_gap_s, "core_s": taken.core_s if taken.cored else None}
         facts: dict[str, Any] = hang.processes[h.pid].summary(attr.native_tid or _main_tid(h))
+        if st.late:  # several threads late: which ones, and what the blame was decided from
+            facts["late_threads"] = [t.as_dict() for t in st.late]
         if h.pid in taken.ended:
             facts["after_verdict"] = corekill.after_verdict(rc, stacks)
             message += f"; it {facts['after_verdict']}"

@@ -191,18 +191,38 @@ def in_timed_futex_wait(text: str) -> bool:
     return (op & _FUTEX_CMD_MASK) in _FUTEX_WAITS and timeout != 0
 
 
+def describe_syscall(text: str) -> str:
+    """A /proc/.../syscall line in a few words, for a failure's record of what the watchdog
+    read: `running`, `no syscall`, `futex wait, timed`, `futex wait`, `futex op N`,
+    `syscall N`. Pure."""
+    call = parse_syscall(text)
+    if call is None:
+        return "running" if text.split()[:1] == ["running"] else "no syscall"
+    number, args = call
+    if number not in _FUTEX_SYSCALLS or len(args) < 4:
+        return f"syscall {number}"
+    if args[1] & _FUTEX_CMD_MASK not in _FUTEX_WAITS:
+        return f"futex op {args[1] & _FUTEX_CMD_MASK}"
+    return "futex wait, timed" if args[3] else "futex wait"
+
+
 def waits_for_gil(pid: int, tid: int, samples: int = GIL_SAMPLES,
-                  needed: int = GIL_TIMED_SAMPLES) -> bool:
+                  needed: int = GIL_TIMED_SAMPLES, reads: list[str] | None = None) -> bool:
     """Whether thread `tid` of `pid` looks like it waits for the GIL (`needed` of `samples`
     reads a timed futex wait): a victim of whichever thread holds it, not the one that
     stalled (spinning, blocked without a timeout, asleep: no timed futex wait). False when it
-    cannot be read (gone, no permission): the caller then keeps its own rule."""
+    cannot be read (gone, no permission): the caller then keeps its own rule. `reads`: each
+    read made, described (`describe_syscall`), appended."""
     path = Path(f"/proc/{pid}/task/{tid}/syscall")
     timed = 0
     for i in range(samples):
         text = _read(path)
         if text is None:
+            if reads is not None:
+                reads.append("unreadable")
             return False
+        if reads is not None:
+            reads.append(describe_syscall(text))
         timed += in_timed_futex_wait(text)
         if timed >= needed:
             return True
@@ -212,10 +232,20 @@ def waits_for_gil(pid: int, tid: int, samples: int = GIL_SAMPLES,
     return False
 
 
-def gil_waiter(pid: int, tid_of: Callable[[int], int]) -> Callable[[int], bool]:
+class GilCheck:
     """`waits_for_gil` by journal slot (`tid_of(slot)`: the slot's native thread id), for
-    `watchdog.scan`."""
-    return lambda slot: (tid := tid_of(slot)) > 0 and waits_for_gil(pid, tid)
+    `watchdog.scan`; the reads of each slot asked are kept (`reads`) for the failure's
+    record."""
+
+    def __init__(self, pid: int, tid_of: Callable[[int], int]) -> None:
+        self.pid = pid
+        self.tid_of = tid_of
+        self.reads: dict[int, list[str]] = {}
+
+    def __call__(self, slot: int) -> bool:
+        tid = self.tid_of(slot)
+        reads = self.reads[slot] = []
+        return tid > 0 and waits_for_gil(self.pid, tid, reads=reads)
 
 
 def thread_ids(pid: int) -> list[int]:

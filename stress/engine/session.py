@@ -496,12 +496,14 @@ class Session:
                 found = h.watch(now_ns)
             else:
                 reader = h.journal()
+                gil = procstate.GilCheck(h.pid, reader.native_tid) if reader else None
                 found = watchdog.scan(
                     reader, now_ns, limits, started_ns=int(h.started * 1e9),
                     bye_ns=int(h.bye_at * 1e9) if h.bye_at is not None else None,
                     stop_ns=int(h.stop_sent_at * 1e9) if h.stop_sent_at is not None else None,
-                    gil_waiter=procstate.gil_waiter(h.pid, reader.native_tid)
-                    if reader is not None else None)
+                    gil_waiter=gil)
+                if found is not None and gil is not None:
+                    found = watchdog.with_reads(found, gil.reads)
             if found is not None and not procstate.exiting(h.pid):  # one dying (writing its
                 #   core as the deadline passed) is a crash: on_exit records it
                 stuck.append((h, found))

@@ -11,8 +11,8 @@ question that needs more than the journal: the caller may say which threads wait
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 from stress.engine.journal import JournalReader, Phase, Step
 
@@ -38,6 +38,33 @@ class Stuck:
     label: str
     teardown: bool
     age_s: float  # how long the step has been running
+    late: tuple[LateThread, ...] = ()  # every thread past its deadline, when several were
+
+
+@dataclass(frozen=True)
+class LateThread:
+    """One of several threads past their deadlines at a verdict, and what decided it: whether
+    it looked like it waited for the GIL (None: not asked), and the /proc reads behind that
+    (filled in by the caller, who made them)."""
+
+    slot: int | None
+    label: str
+    age_s: float
+    gil_waiter: bool | None = None
+    reads: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {"slot": self.slot, "step": self.label, "age_s": round(self.age_s, 3),
+                "gil_waiter": self.gil_waiter, "reads": list(self.reads)}
+
+
+def with_reads(stuck: Stuck, reads: Mapping[int, list[str]]) -> Stuck:
+    """`stuck` with the /proc reads its caller made for each late thread (`reads` by slot)."""
+    if not stuck.late:
+        return stuck
+    return replace(stuck, late=tuple(
+        replace(t, reads=tuple(reads.get(t.slot, ()))) if t.slot is not None else t
+        for t in stuck.late))
 
 
 def scan(reader: JournalReader | None, now_ns: int, limits: Limits, *, started_ns: int,
@@ -84,10 +111,15 @@ def scan(reader: JournalReader | None, now_ns: int, limits: Limits, *, started_n
         # stall: a release, then another thread's readback waiting on a fence, seen on cuda).
         # Among the rest, blame the step begun last: a thread stuck holding the GIL stops
         # every other thread from running Python, so no record can follow its begin.
-        if len(late) > 1 and gil_waiter is not None:
-            culprits = [x for x in late if x[1].slot is None or not gil_waiter(x[1].slot)]
-            late = culprits or late
-        return max(late, key=lambda x: x[0])[1]
+        if len(late) == 1:
+            return late[0][1]
+        waiting: dict[int | None, bool] = {}
+        if gil_waiter is not None:
+            waiting = {x.slot: gil_waiter(x.slot) for _, x in late if x.slot is not None}
+        culprits = [x for x in late if not waiting.get(x[1].slot, False)]
+        blamed = max(culprits or late, key=lambda x: x[0])[1]
+        return replace(blamed, late=tuple(
+            LateThread(x.slot, x.label, x.age_s, waiting.get(x.slot)) for _, x in late))
     if job_stuck is not None:
         return job_stuck
     if bye_ns is not None:

@@ -66,8 +66,13 @@ def test_the_thread_waiting_for_the_gil_is_the_victim_and_the_one_holding_it_is_
         assert procstate.waits_for_gil(pid, victim), \
             "the thread waiting for the GIL was never seen in a timed futex wait"
         assert not procstate.waits_for_gil(pid, culprit)
-        by_slot = procstate.gil_waiter(pid, {0: culprit, 1: victim, 2: 0}.__getitem__)
+        by_slot = procstate.GilCheck(pid, {0: culprit, 1: victim, 2: 0}.__getitem__)
         assert [by_slot(s) for s in (0, 1, 2)] == [False, True, False]
+        # what it read is kept for the failure's record: the holder's untimed pause
+        #   (rt_sigsuspend / pause: not a futex), the victim's timed waits, nothing for no tid
+        assert by_slot.reads[1][-3:] == ["futex wait, timed"] * 3, by_slot.reads
+        assert by_slot.reads[0] and "futex wait, timed" not in by_slot.reads[0], by_slot.reads
+        assert by_slot.reads[2] == []
 
 
 # eight threads waiting for the GIL at once contend for its mutex: on two cores a read catches

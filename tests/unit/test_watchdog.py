@@ -158,6 +158,12 @@ def test_a_late_thread_waiting_for_the_gil_is_a_victim_even_when_its_step_began_
     stuck = scan(r, 1040 * S, gil_waiter=gil_waiter)
     assert stuck is not None and stuck.slot == culprit.slot and stuck.teardown
     assert stuck.label == "device-release"
+    # the record says which threads were late and what decided the blame
+    assert sorted((t.slot, t.label, t.gil_waiter) for t in stuck.late) == sorted(
+        [(culprit.slot, "device-release", False), (victim.slot, "readback", True)])
+    reads = watchdog.with_reads(stuck, {victim.slot: ["futex wait, timed"] * 3})
+    assert {t.slot: t.reads for t in reads.late}[victim.slot] == ("futex wait, timed",) * 3
+    assert {t.slot: t.as_dict()["gil_waiter"] for t in reads.late}[culprit.slot] is False
     # every late thread waiting for the GIL (none known to stall): the journal's rule stands
     both = scan(r, 1040 * S, gil_waiter=lambda slot: True)
     assert both is not None and both.slot == victim.slot
