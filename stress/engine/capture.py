@@ -581,8 +581,12 @@ def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]], taken: _T
         folder = new_folder(s, cls, h.name)
         deadline = s.cfg.teardown_timeout_s if st.teardown else s.cfg.timeout_s
         where = "starting up" if st.label == STARTUP_STEP else f"stuck in {attr.last_step}"
-        message = (f"worker {h.name} {where} for more than {deadline:g} s while running "
-                   f"{_job_text(job)}")
+        if st.age_s < deadline:  # blamed with another thread past its deadline first
+            where += (f" for {st.age_s:.1f} s (another thread, stuck behind it, passed the "
+                      f"{deadline:g} s deadline first)")
+        else:
+            where += f" for more than {deadline:g} s"
+        message = f"worker {h.name} {where} while running {_job_text(job)}"
         if len(stuck) > 1:
             message += f" ({len(stuck)} workers stuck at once)"
         timing = {"stacks_s": hang.seconds, "kill_s": t_killed - t_stacks,

@@ -18,6 +18,9 @@ from stress.engine.journal import JournalReader, Phase, Step
 
 STARTUP_STEP: str = "startup"  # label of the pre-journal phase (not a journal step)
 STOP_STEP: str = "stop"  # label of "told to stop, never left" when no step is in flight
+NEAR_FRACTION: float = 0.5  # of its deadline: a step in flight this long while another
+#   thread's is past its deadline is stuck too (a HAL step takes milliseconds), and may be
+#   the one to blame
 JOB_SILENCE_FLOOR_S: float = 10.0  # a whole process silent this long inside a job is stuck
 
 
@@ -79,7 +82,8 @@ def scan(reader: JournalReader | None, now_ns: int, limits: Limits, *, started_n
         return None
     latest = reader.latest()
     newest = max((ts for _, ts, _, _, _ in latest), default=started_ns)
-    late: list[tuple[int, Stuck]] = []
+    late: list[tuple[int, Stuck]] = []  # steps past NEAR_FRACTION of their deadline
+    past = False  # whether any is past the deadline itself
     job_stuck: Stuck | None = None
     for slot, ts, step_code, phase, _job in latest:
         if phase != Phase.BEGIN:
@@ -102,15 +106,20 @@ def scan(reader: JournalReader | None, now_ns: int, limits: Limits, *, started_n
         after_bye = bye_ns is not None
         limit = limits.teardown_timeout_s if step.is_teardown() or after_bye else \
             limits.timeout_s
-        if age > limit:
+        if age > limit * NEAR_FRACTION:
             late.append((ts, Stuck(slot, step, step.label, step.is_teardown(), age)))
-    if late:
+            past = past or age > limit
+    if past:
         # Several threads past their deadlines: the ones waiting for the GIL are victims of
         # the thread that holds it, stuck in native code; a victim's step may have begun after
         # the culprit's (the GIL changed hands between the culprit's begin record and its
         # stall: a release, then another thread's readback waiting on a fence, seen on cuda).
         # Among the rest, blame the step begun last: a thread stuck holding the GIL stops
-        # every other thread from running Python, so no record can follow its begin.
+        # every other thread from running Python, so no record can follow its begin. A thread
+        # counts as late here once past NEAR_FRACTION of its deadline, when any thread is past
+        # its own: a victim whose step began a moment before the culprit's passes the deadline
+        # first (an upload waiting while a release began and stalled holding the GIL: the
+        # upload alone was late at that scan, seen on cuda).
         if len(late) == 1:
             return late[0][1]
         waiting: dict[int | None, bool] = {}

@@ -167,10 +167,36 @@ def test_a_late_thread_waiting_for_the_gil_is_a_victim_even_when_its_step_began_
     # every late thread waiting for the GIL (none known to stall): the journal's rule stands
     both = scan(r, 1040 * S, gil_waiter=lambda slot: True)
     assert both is not None and both.slot == victim.slot
-    # one thread late: no /proc read at all
+    # one thread late, no other near its own deadline: no /proc read at all
     asked.clear()
-    assert scan(r, 1020 * S, gil_waiter=gil_waiter) is not None
+    assert scan(r, 1015.005 * S, gil_waiter=gil_waiter) is not None
     assert asked == []
+
+
+def test_a_victim_past_its_deadline_first_does_not_take_the_blame_from_a_stall_begun_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The H100 fault matrix's per-call join-block cell again: an upload began, then another
+    thread began a release that stalled holding the GIL. The upload passes its deadline a
+    moment before the release does; the release, past half of its own, is the one to blame."""
+    clock = [1000 * S]
+    monkeypatch.setattr(journal_mod, "_now", lambda: clock[0])
+    w, r = journal(tmp_path)
+    victim, culprit = w.acquire(), w.acquire()
+    victim.begin(Step.UPLOAD)  # t = 1000 s, deadline 30 s
+    clock[0] += 2 * S
+    culprit.begin(Step.INVOKE)  # t = 1002 s, deadline 30 s
+    stuck = scan(r, 1030.1 * S)
+    assert stuck is not None and stuck.slot == culprit.slot and stuck.label == "invoke"
+    assert stuck.age_s < LIMITS.timeout_s  # blamed before its own deadline
+    assert {t.slot for t in stuck.late} == {victim.slot, culprit.slot}
+    # nothing past its deadline: no verdict, however near
+    assert scan(r, 1029.9 * S) is None
+    # the culprit's step under half its deadline: the victim stands alone
+    clock[0] = 1016 * S
+    culprit.end(Step.INVOKE)
+    culprit.begin(Step.INVOKE)
+    alone = scan(r, 1030.1 * S)
+    assert alone is not None and alone.slot == victim.slot and not alone.late
 
 
 def test_a_helper_slot_freed_after_a_failed_release_is_not_a_teardown_hang(
