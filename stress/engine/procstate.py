@@ -197,7 +197,7 @@ def describe_syscall(text: str) -> str:
     `syscall N`. Pure."""
     call = parse_syscall(text)
     if call is None:
-        return "running" if text.split()[:1] == ["running"] else "no syscall"
+        return "no syscall" if text.split()[:1] == ["-1"] else "running"
     number, args = call
     if number not in _FUTEX_SYSCALLS or len(args) < 4:
         return f"syscall {number}"

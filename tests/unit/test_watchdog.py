@@ -169,7 +169,7 @@ def test_a_late_thread_waiting_for_the_gil_is_a_victim_even_when_its_step_began_
     assert both is not None and both.slot == victim.slot
     # one thread late, no other near its own deadline: no /proc read at all
     asked.clear()
-    assert scan(r, 1015.005 * S, gil_waiter=gil_waiter) is not None
+    assert scan(r, int(1015.005 * S), gil_waiter=gil_waiter) is not None
     assert asked == []
 
 
@@ -185,17 +185,17 @@ def test_a_victim_past_its_deadline_first_does_not_take_the_blame_from_a_stall_b
     victim.begin(Step.UPLOAD)  # t = 1000 s, deadline 30 s
     clock[0] += 2 * S
     culprit.begin(Step.INVOKE)  # t = 1002 s, deadline 30 s
-    stuck = scan(r, 1030.1 * S)
+    stuck = scan(r, int(1030.1 * S))
     assert stuck is not None and stuck.slot == culprit.slot and stuck.label == "invoke"
     assert stuck.age_s < LIMITS.timeout_s  # blamed before its own deadline
     assert {t.slot for t in stuck.late} == {victim.slot, culprit.slot}
     # nothing past its deadline: no verdict, however near
-    assert scan(r, 1029.9 * S) is None
+    assert scan(r, int(1029.9 * S)) is None
     # the culprit's step under half its deadline: the victim stands alone
     clock[0] = 1016 * S
     culprit.end(Step.INVOKE)
     culprit.begin(Step.INVOKE)
-    alone = scan(r, 1030.1 * S)
+    alone = scan(r, int(1030.1 * S))
     assert alone is not None and alone.slot == victim.slot and not alone.late
 
 
