@@ -190,6 +190,10 @@ def _summary(folder: rundir.RunFolder) -> dict[str, Any]:
 def _command(opts: SoakOptions, seed: int) -> str:
     """The command line that reproduces the run (its seed said even when it was drawn, or
     taken from a resumed plan)."""
+    if opts.repro_class and opts.results is not None:  # `iree-stress repro`: its job alone,
+        #   its input seed forced; the command that reruns that is repro's own, not a soak
+        return shlex.join(["iree-stress", "repro", str(opts.results.parent.resolve()),
+                           "--times", str(opts.repro_runs)])
     argv = recorded_command(opts.argv)
     if opts.seed is None or (opts.resume and "seed" not in opts.given):
         argv += ["--seed", str(seed)]

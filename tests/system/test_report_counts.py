@@ -252,3 +252,26 @@ def test_a_user_program_without_a_reference_is_said_to_be_checked_for_repeatabil
     props = {p.get("name"): p.get("value") for p in r.junit.iter("property")}
     assert "numerics: " + props["numerics"] == said
     check_same_numbers(r)
+
+
+def test_a_gate_on_the_run_begins_every_output_with_the_reports_header(
+        python_run: Rendered, tmp_path: Path) -> None:
+    """The gate is what CI shows (its text in the log, the step summary, JUnit, --json): each
+    says what was tested, the same lines as `report` on the same folder (before: none)."""
+    junit, step = tmp_path / "gate.xml", tmp_path / "step-summary.md"
+    text = run_cli("gate", "--from", str(python_run.run), "--max-rate", "0.5", "--fatal",
+                   "none", "--junit", str(junit), env={"GITHUB_STEP_SUMMARY": str(step)})
+    as_json = run_cli("gate", "--from", str(python_run.run), "--max-rate", "0.5", "--fatal",
+                      "none", "--json")
+    assert text.rc in (0, 1, 3) and as_json.rc == text.rc, text.stderr[-2000:]
+    want = python_run.json["header"]
+    head, _, rest = text.stdout.partition("\n\n")
+    assert header_of(head) == want and len(head.splitlines()) == len(want), text.stdout
+    assert rest.startswith("GATE ")  # then the verdict, as the report's answer
+    assert as_json.json()["header"] == want
+    summary = step.read_text()
+    assert header_of(summary.split("```text\n", 1)[1].split("```")[0]) == want
+    assert summary.index("```text") < summary.index("| failing jobs |")
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert {k: props[k] for k in HEADER_LABELS} == want
+    assert _n(props["jobs"]) == python_run.summary["jobs"]
