@@ -65,6 +65,7 @@ class SoakOptions:
     given: frozenset[str] = frozenset()  # the options the user gave (click parameter names)
     repro_class: str = ""  # `iree-stress repro`: the class of the failure rerun
     repro_runs: int = 0  # `iree-stress repro`: how many runs were asked for
+    from_env: list[str] = field(default_factory=list)  # options the environment gave, as argv
 
 
 def resolve_patterns(names: list[str]) -> list[str]:
@@ -195,9 +196,11 @@ def _command(opts: SoakOptions, seed: int) -> str:
         return shlex.join(["iree-stress", "repro", str(opts.results.parent.resolve()),
                            "--times", str(opts.repro_runs)])
     argv = recorded_command(opts.argv)
+    extra = list(opts.from_env)  # a rerun elsewhere has none of this environment
     if opts.seed is None or (opts.resume and "seed" not in opts.given):
-        argv += ["--seed", str(seed)]
-    return shlex.join(argv)
+        extra += ["--seed", str(seed)]
+    cut = argv.index("--") if "--" in argv else len(argv)  # ours, not the exec command's
+    return shlex.join([*argv[:cut], *extra, *argv[cut:]])
 
 
 def run_soak(opts: SoakOptions, observer: Observer | None = None,

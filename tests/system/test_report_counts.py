@@ -275,3 +275,36 @@ def test_a_gate_on_the_run_begins_every_output_with_the_reports_header(
     props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
     assert {k: props[k] for k in HEADER_LABELS} == want
     assert _n(props["jobs"]) == python_run.summary["jobs"]
+
+
+def test_the_rerun_line_reproduces_a_run_whose_seed_and_shard_came_from_the_environment(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """CI sets the plan through the environment (IREE_STRESS_SEED, a Slurm array's or an
+    Indexed Job's shard variables); the rerun line is run on a machine that has none of it.
+    Before: the Slurm example's rerun line had neither its seed nor its shard, so it ran
+    another plan, whole."""
+    import shlex
+    import sqlite3
+
+    def plan(run: Path) -> list[tuple[object, ...]]:
+        con = sqlite3.connect(run / "stress.db")
+        try:
+            return sorted(con.execute("SELECT job_index, program, pattern, seed FROM jobs"))
+        finally:
+            con.close()
+
+    ci = {"IREE_STRESS_SEED": "4242", "IREE_STRESS_SHARD": "2/3",
+          "IREE_STRESS_TARGET": "cpu", "IREE_STRESS_WORKERS": "1"}
+    first = run_cli("soak", "--programs", "unary.*.f32.64x64", "--patterns", "shared",
+                    "--threads", "1", "-n", "300", "-q", "--json", "--results",
+                    str(tmp_path / "ci"), env=ci)
+    assert first.rc == 0, first.stderr[-2000:]
+    rerun = header_of(run_cli("report", str(tmp_path / "ci")).stdout)["rerun"]
+    for said in ("--seed 4242", "--shard 2/3", "--target cpu", "--workers 1"):
+        assert said in rerun, rerun
+    argv = shlex.split(rerun)
+    assert argv[:2] == ["iree-stress", "soak"]
+    clean = {k: "" for k in ci}  # the rerun's machine: none of CI's variables
+    again = run_cli(*argv[1:], "--results", str(tmp_path / "again"), env=clean)
+    assert again.rc == 0, again.stderr[-2000:]
+    assert plan(tmp_path / "again") == plan(tmp_path / "ci") != []

@@ -242,6 +242,9 @@ def test_the_example_runs_end_to_end_on_a_cpu_partition_and_every_log_says_what_
         assert f"iree-stress task {task}: soak exit 0: no failures" in log, log
         assert "no failures" in log.split("running shard", 1)[1]  # the soak's own summary
         assert (run_dir / f"shard-{task}" / "summary.json").is_file()
+        # its rerun line has the seed and the shard the environment gave (issue 28 item 4)
+        rerun = next(ln for ln in log.splitlines() if ln.startswith("rerun: "))
+        assert f"--seed {_SEED}" in rerun and f"--shard {task}/{_TASKS}" in rerun, rerun
     assert slurm.exit_codes(array) == ["0:0"] * _TASKS
 
     junit = run_dir / "gate.xml"
