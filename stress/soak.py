@@ -240,9 +240,9 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None,
     seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(3), "little")
     python = opts.python or sys.executable
     env = {**os.environ, **opts.env}
-    status.update("soak: checking the driver (a worker interpreter imports the runtime)",
-                  force=True)  # (a new phase: said at once, in a CI log too)
-    target, driver, found = resolve_target(opts, python, env)
+    with status.ticking("soak: checking the driver (a worker interpreter imports the "
+                        "runtime)"):  # seconds, more under load or with a GPU driver
+        target, driver, found = resolve_target(opts, python, env)
     if previous:
         check_plan(opts.results, previous[-1]["config"], target.name, programs, patterns)
     folder = rundir.prepare(opts.results, seed, opts.resume)
