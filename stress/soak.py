@@ -65,6 +65,7 @@ class SoakOptions:
     given: frozenset[str] = frozenset()  # the options the user gave (click parameter names)
     repro_class: str = ""  # `iree-stress repro`: the class of the failure rerun
     repro_runs: int = 0  # `iree-stress repro`: how many runs were asked for
+    from_env: list[str] = field(default_factory=list)  # options the environment gave, as argv
 
 
 def resolve_patterns(names: list[str]) -> list[str]:
@@ -190,10 +191,16 @@ def _summary(folder: rundir.RunFolder) -> dict[str, Any]:
 def _command(opts: SoakOptions, seed: int) -> str:
     """The command line that reproduces the run (its seed said even when it was drawn, or
     taken from a resumed plan)."""
+    if opts.repro_class and opts.results is not None:  # `iree-stress repro`: its job alone,
+        #   its input seed forced; the command that reruns that is repro's own, not a soak
+        return shlex.join(["iree-stress", "repro", str(opts.results.parent.resolve()),
+                           "--times", str(opts.repro_runs)])
     argv = recorded_command(opts.argv)
+    extra = list(opts.from_env)  # a rerun elsewhere has none of this environment
     if opts.seed is None or (opts.resume and "seed" not in opts.given):
-        argv += ["--seed", str(seed)]
-    return shlex.join(argv)
+        extra += ["--seed", str(seed)]
+    cut = argv.index("--") if "--" in argv else len(argv)  # ours, not the exec command's
+    return shlex.join([*argv[:cut], *extra, *argv[cut:]])
 
 
 def run_soak(opts: SoakOptions, observer: Observer | None = None,
@@ -233,9 +240,9 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None,
     seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(3), "little")
     python = opts.python or sys.executable
     env = {**os.environ, **opts.env}
-    status.update("soak: checking the driver (a worker interpreter imports the runtime)",
-                  force=True)  # (a new phase: said at once, in a CI log too)
-    target, driver, found = resolve_target(opts, python, env)
+    with status.ticking("soak: checking the driver (a worker interpreter imports the "
+                        "runtime)"):  # seconds, more under load or with a GPU driver
+        target, driver, found = resolve_target(opts, python, env)
     if previous:
         check_plan(opts.results, previous[-1]["config"], target.name, programs, patterns)
     folder = rundir.prepare(opts.results, seed, opts.resume)
