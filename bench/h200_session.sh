@@ -15,6 +15,8 @@
 #                                  # background (the fault matrix with cuda-gdb on PATH; the same
 #                                  # with no debugger; the exit paths with no fault, then the
 #                                  # signature stability bench), waits ~9 min
+#   bench/h200_session.sh matrices [-finish]  # issue 24 on the final code: the whole matrix,
+#                                  # debuggers on and off side by side, in two calls
 #   bench/h200_session.sh truth-finish  # waits for both lanes, then the evidence budget on the
 #                                  # otherwise idle machine; brings every output back
 #
@@ -226,8 +228,38 @@ joins)
   tail -9 "$OUT"/fault_matrix-cuda-joins-*.txt
   tar czf "$OUT/odd.tgz" -C /tmp odd-on odd-off 2>/dev/null
   ;;
+matrices)
+  # issue 24 on the final code: the whole matrix, cuda-gdb on PATH and no debugger, side by
+  #   side in the background (they outlive the call); `matrices-finish` brings them back
+  install
+  nvidia-smi -L
+  export PATH=/tmp/site/bin:$PATH
+  T=/tmp/matrices; rm -rf "$T"; mkdir -p "$T"
+  for mode in on off; do
+    setsid bash -c "
+      timeout 900 python3 bench/gpu_fault_matrix.py --target cuda --artifacts $ART \
+        --duration ${MATRIX_S:-12} --workers 4 --teardown-timeout 5 --debuggers $mode \
+        --keep-odd $T/odd-$mode --out $T/fault_matrix-cuda-$mode.txt \
+        > $T/fault_matrix-cuda-$mode.log 2>&1
+      echo \"matrix $mode exit \$?\" >> $T/lanes.log; touch $T/lane-$mode.done
+    " < /dev/null > /dev/null 2>&1 &
+  done
+  sleep "${MATRICES_WAIT_S:-560}"
+  cat $T/lanes.log 2>/dev/null; tail -4 $T/*.log
+  ;;
+matrices-finish)
+  T=/tmp/matrices
+  for _ in $(seq 1 "${FINISH_WAIT_S:-500}"); do
+    [ -f $T/lane-on.done ] && [ -f $T/lane-off.done ] && break; sleep 1
+  done
+  cat $T/lanes.log
+  cp $T/fault_matrix-cuda-on.txt $T/fault_matrix-cuda-off.txt $T/fault_matrix-cuda-on.log \
+     $T/fault_matrix-cuda-off.log "$OUT/" 2>/dev/null
+  tar czf "$OUT/odd.tgz" -C $T odd-on odd-off 2>/dev/null
+  ls -la "$OUT"
+  ;;
 *)
-  echo "usage: $0 start|finish|more|ratios|overhead|latency|matrix-on|matrix-off|exits|truth|truth-finish" >&2
+  echo "usage: $0 start|finish|more|ratios|overhead|latency|matrix-on|matrix-off|exits|truth|truth-finish|joins|matrices|matrices-finish" >&2
   exit 2
   ;;
 esac
