@@ -244,8 +244,16 @@ matrices)
       echo \"matrix $mode exit \$?\" >> $T/lanes.log; touch $T/lane-$mode.done
     " < /dev/null > /dev/null 2>&1 &
   done
-  sleep "${MATRICES_WAIT_S:-560}"
-  cat $T/lanes.log 2>/dev/null; tail -4 $T/*.log
+  # both lanes took ~9 min on the H200: wait for them here, and bring everything back in this
+  #   call (a machine left idle is given back, and /tmp with it)
+  for _ in $(seq 1 "${MATRICES_WAIT_S:-570}"); do
+    [ -f $T/lane-on.done ] && [ -f $T/lane-off.done ] && break; sleep 1
+  done
+  cat $T/lanes.log 2>/dev/null
+  cp $T/fault_matrix-cuda-on.txt $T/fault_matrix-cuda-off.txt $T/fault_matrix-cuda-on.log \
+     $T/fault_matrix-cuda-off.log "$OUT/" 2>/dev/null
+  tar czf "$OUT/odd.tgz" -C $T odd-on odd-off 2>/dev/null
+  tail -n 22 $T/fault_matrix-cuda-on.txt $T/fault_matrix-cuda-off.txt
   ;;
 matrices-finish)
   T=/tmp/matrices
