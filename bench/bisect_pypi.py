@@ -91,9 +91,10 @@ def main() -> None:
             print(f"named the right stack: "
                   f"{'yes' if summary['first_bad'] == args.first_bad else 'NO'}; "
                   f"{summary['trials']} trials, {summary['ran']} run by this command\n")
-        print("per-trial manifests (stack.json): the runtime each stack's workers reported")
+        print("per-trial manifests (stack.json) of the compare's and the bisect's trials: the "
+              "runtime each stack's workers reported")
         seen: dict[str, set[str]] = {}
-        for m in sorted(out.glob("*/trial-*/stack.json")):
+        for m in sorted(Path(tmp).glob("*/*/trial-*/stack.json")):
             d = json.loads(m.read_text())
             seen.setdefault(m.parent.parent.name, set()).add(
                 f"{d['iree_runtime']} from {d['iree_runtime_path']}".replace(tmp, "$TMP"))
