@@ -19,11 +19,16 @@ Calibration: the answers binned by the posterior printed with them; in each bin 
 printed posterior against the share right (with its 95% Wilson interval).
 
     python bench/bisect_simulation.py [--runs 1000] [--candidates 64,20] [--seed 1] [--jobs 2]
+                                      [--prior bad=1,1 --prior second_rise=0.25 ...]
+
+--prior replaces a field of the model's prior (analysis.changepoint.Prior) for a comparison:
+good=A,B, bad=A,B, rise=X, second_rise=X, end_weight=X.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import sys
 import time
@@ -84,11 +89,12 @@ class Tally:
         return sum(r for _, r in self.answers)
 
 
-def truth(setting: Setting, n: int, rng: random.Random) -> tuple[list[float], int]:
+def truth(setting: Setting, n: int, rng: random.Random,
+          prior: Prior = PRIOR) -> tuple[list[float], int]:
     """Each stack's rate, and the answer: the first bad stack (0: the good end is bad, n: no
     stack is bad; only a truth drawn from the prior has those)."""
     if setting == FROM_PRIOR:
-        return from_prior(PRIOR, n, rng)
+        return from_prior(prior, n, rng)
     first = rng.randrange(1, n - (len(setting) - 2))
     rises = [first]
     if len(setting) == 3:
@@ -116,14 +122,15 @@ def from_prior(prior: Prior, n: int, rng: random.Random) -> tuple[list[float], i
     return [g if i < first else b1 if i < second else b2 for i in range(n)], first
 
 
-def one_run(job: tuple[Setting, int, int, int]) -> tuple[int, str, float, bool]:
+def one_run(job: tuple[Setting, int, int, int, Prior]) -> tuple[int, str, float, bool]:
     """One bisection: (trials, stop, printed posterior or -1 when no answer, right); its own
     seeded generator, so the result does not depend on how runs are spread over processes."""
-    setting, n, seed, run = job
+    setting, n, seed, run, prior = job
     rng = random.Random(f"{seed}/{n}/{setting}/{run}")
     names = [f"s{i:03d}" for i in range(n)]
-    rates, first = truth(setting, n, rng)
-    res = bisect(SimStacks(dict(zip(names, rates, strict=True)), rng), names, seed=0)
+    rates, first = truth(setting, n, rng, prior)
+    res = bisect(SimStacks(dict(zip(names, rates, strict=True)), rng), names, seed=0,
+                 prior=prior)
     named = {Stop.CONFIDENT: res.first_bad, Stop.GOOD_END_BAD: names[0],
              Stop.BAD_END_GOOD: NO_STACK}.get(res.stop)
     answered = res.stop is Stop.CONFIDENT or (setting == FROM_PRIOR and named is not None)
@@ -132,8 +139,9 @@ def one_run(job: tuple[Setting, int, int, int]) -> tuple[int, str, float, bool]:
             named == want)
 
 
-def simulate(setting: Setting, n: int, runs: int, seed: int, pool: Any = None) -> Tally:
-    jobs = [(setting, n, seed, r) for r in range(runs)]
+def simulate(setting: Setting, n: int, runs: int, seed: int, pool: Any = None,
+             prior: Prior = PRIOR) -> Tally:
+    jobs = [(setting, n, seed, r, prior) for r in range(runs)]
     t = Tally()
     for trials, stop, printed, right in (pool.imap(one_run, jobs, chunksize=8) if pool
                                          else map(one_run, jobs)):
@@ -209,6 +217,15 @@ def report(n: int, runs: int, tallies: list[tuple[Setting, Tally]]) -> list[str]
     return missed
 
 
+def parse_prior(fields: list[str]) -> Prior:
+    changes: dict[str, Any] = {}
+    for item in fields:
+        key, _, value = item.partition("=")
+        parts = tuple(float(v) for v in value.split(","))
+        changes[key] = parts if key in ("good", "bad") else parts[0]
+    return dataclasses.replace(PRIOR, **changes)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=1000)
@@ -216,11 +233,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2, help="processes (runs are seeded one by "
                     "one: the output does not depend on it)")
+    ap.add_argument("--prior", action="append", default=[], metavar="FIELD=VALUE",
+                    help="replace a field of the default prior (repeatable)")
     args = ap.parse_args()
+    prior = parse_prior(args.prior)
     header()
     print("only counts are measured here (no timings but the wall time at the end): the "
           "machine may be shared")
-    print(f"prior: {PRIOR.describe()}")
+    print(f"prior: {prior.describe()}" + ("" if prior == PRIOR else
+                                          f" (not the default: {PRIOR.describe()})"))
     import multiprocessing
 
     t0 = time.monotonic()
@@ -228,7 +249,8 @@ def main() -> None:
     pool = multiprocessing.Pool(args.jobs) if args.jobs > 1 else None
     try:
         for n in (int(x) for x in args.candidates.split(",")):
-            tallies = [(s, simulate(s, n, args.runs, args.seed, pool)) for s in SETTINGS]
+            tallies = [(s, simulate(s, n, args.runs, args.seed, pool, prior))
+                       for s in SETTINGS]
             missed += report(n, args.runs, tallies)
     finally:
         if pool is not None:
