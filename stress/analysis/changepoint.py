@@ -227,7 +227,9 @@ def _grid(good: tuple[float, float], bad: tuple[float, float], rise: float,
     eg, eb = _norm(w_good), _norm(w_bad)
     lower = _mass_below(eg, below)
     upper = _mass_above(eb, above)
-    return _Grid(p, log_p, log_q, np.log(eg), np.log(eb), below, above,
+    with np.errstate(divide="ignore"):  # a sharp prior's weight underflows to 0 far out
+        log_eg, log_eb = np.log(eg), np.log(eb)
+    return _Grid(p, log_p, log_q, log_eg, log_eb, below, above,
                  math.log(float(np.sum(eb * lower))), math.log(float(np.sum(eb * lower * upper))))
 
 
