@@ -19,8 +19,12 @@ without a closed form: a sum on a grid in logit(rate), a ratio of two sums on th
 too, as ordinary evidence.
 
 Cost: n^2 / 2 hypotheses with a second rise. The closed forms cost nothing; the ordering
-integral is computed only for hypotheses whose closed-form bound (the chance is <= 1) is
-within PRUNE_NATS of the best: the rest carry less than e^-PRUNE_NATS of the posterior each.
+integral depends on the segments' counts only, so it is computed once per pair of tested-stack
+states (a bisection leaves most stacks untested), and only for pairs whose closed-form bound
+(the chance is <= 1) is within PRUNE_NATS of the best: the rest carry less than e^-PRUNE_NATS
+of the posterior each. Over 64 stacks a posterior takes 1-2 ms early in a bisection and up to
+~10 ms with 40 or more stacks tested and the posterior still flat (a faint fault late in its
+budget): bench/bisect_simulation.py's 14,000 bisections take 32 minutes on 2 cores.
 """
 
 from __future__ import annotations
