@@ -4,11 +4,15 @@ native fault from FIRST_BAD on: tests/native/libfault.c preloaded into that stac
 (its env: LD_PRELOAD, IREE_FAULT_JOIN=segv, IREE_FAULT_JOIN_PROB=P), which makes the runtime's
 own thread joins segfault while devices are released. Each stack compiles its programs with
 the iree-base-compiler of its own version (runtime 3.11 refuses a 3.13 module: "required
-module ... NOT_FOUND" at module load). Does bisect name FIRST_BAD, and what
-posterior and how many trials does it print? Then the same command again: it must run no
-trial (resume from the trials on disk). Each trial's manifest shows the runtime it ran.
+module ... NOT_FOUND" at module load). First a `compare` of the two ends (a few pairs, the
+way a user finds out there is something to bisect), then `bisect` over the three in a folder
+beside it: it counts the compare's trials (same plan, another seed) before running its own.
+Does it name FIRST_BAD, and what posterior and how many trials does it print? Then the same
+bisect again: it must run no trial (resume from the trials on disk). Each trial's manifest
+shows the runtime it ran.
 
     python bench/bisect_pypi.py [--first-bad iree-3.12] [--p 0.02] [--invocations 30]
+                                [--compare-pairs 4]
 """
 
 from __future__ import annotations
@@ -43,11 +47,23 @@ def stacks_toml(lib: Path, first_bad: str, p: float) -> str:
     return "".join(out)
 
 
+def run(argv: list[str], what: str, tmp: str) -> None:
+    print(f"## {what}\n$ iree-stress {' '.join(argv)}".replace(tmp, "$TMP"), flush=True)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "stress", *argv], capture_output=True,
+                          text=True, cwd=ROOT)
+    print(f"({time.monotonic() - t0:.0f} s, exit {proc.returncode})")
+    print(proc.stderr.replace(tmp, "$TMP"), proc.stdout.replace(tmp, "$TMP"), sep="\n",
+          flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--first-bad", default="iree-3.12")
     ap.add_argument("--p", type=float, default=0.02, help="segv probability per thread join")
     ap.add_argument("--invocations", type=int, default=30, help="per trial")
+    ap.add_argument("--compare-pairs", type=int, default=4, help="compare's trials per end "
+                    "before the bisect (0: none)")
     args = ap.parse_args()
     header()
     with tempfile.TemporaryDirectory(prefix="bisect-pypi-") as tmp:
@@ -59,25 +75,26 @@ def main() -> None:
         text = stacks_toml(lib, args.first_bad, args.p)
         f.write_text(text)
         out = Path(tmp) / "bisect"
-        argv = ["bisect", "--stacks", str(f), "--good", "iree-3.11", "--bad", "iree-3.13",
-                "-t", "cpu", "-w", "1", "--threads", "1", "-P", "per-call", "-p",
-                "unary.exp.f32*", "-n", str(args.invocations), "--seed", "1",
+        plan = ["--stacks", str(f), "-t", "cpu", "-w", "1", "--threads", "1", "-P", "per-call",
+                "-p", "unary.exp.f32*", "-n", str(args.invocations)]
+        argv = ["bisect", "--good", "iree-3.11", "--bad", "iree-3.13", *plan, "--seed", "1",
                 "--results", str(out)]
-        print(f"$ iree-stress {' '.join(argv)}\n{text}".replace(tmp, "$TMP"))
-        for attempt in ("first run", "the same command again (resume)"):
-            t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "stress", *argv], capture_output=True,
-                                  text=True, cwd=ROOT)
-            wall = time.monotonic() - t0
-            print(f"## {attempt}: {wall:.0f} s, exit {proc.returncode}")
-            print(proc.stderr.replace(tmp, "$TMP"), proc.stdout.replace(tmp, "$TMP"), sep="\n")
+        print(f"stacks file:\n{text}".replace(tmp, "$TMP"))
+        if args.compare_pairs:
+            cmp = ["compare", "iree-3.11", "iree-3.13", *plan, "--trials",
+                   str(args.compare_pairs), "--seed", "101", "--results",
+                   str(Path(tmp) / "compare")]
+            run(cmp, "compare of the two ends", tmp)
+        for attempt in ("bisect", "the same bisect again (resume)"):
+            run(argv, attempt, tmp)
             summary = json.loads((out / "bisect.json").read_text())
             print(f"named the right stack: "
                   f"{'yes' if summary['first_bad'] == args.first_bad else 'NO'}; "
                   f"{summary['trials']} trials, {summary['ran']} run by this command\n")
-        print("per-trial manifests (stack.json): the runtime each stack's workers reported")
+        print("per-trial manifests (stack.json) of the compare's and the bisect's trials: the "
+              "runtime each stack's workers reported")
         seen: dict[str, set[str]] = {}
-        for m in sorted(out.glob("*/trial-*/stack.json")):
+        for m in sorted(Path(tmp).glob("*/*/trial-*/stack.json")):
             d = json.loads(m.read_text())
             seen.setdefault(m.parent.parent.name, set()).add(
                 f"{d['iree_runtime']} from {d['iree_runtime_path']}".replace(tmp, "$TMP"))

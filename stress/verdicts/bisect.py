@@ -1,16 +1,17 @@
 """`iree-stress bisect`: which stack in an ordered list (TheRock nightlies, IREE rcs) is the
 first bad one, when "bad" shows only as a higher failure rate?
 
-Bayesian noisy bisection (analysis.bayes.change_point): a posterior over "the rate first
-rises at stack k" for every stack of the list, the good end included (k = the good end: it is
-bad already), with the failure rates unknown (Jeffreys priors, in order: each rise adds at
-least 10 points) and integrated out, and room for a second rise later (the first is the
-answer). Every trial on every stack counts, the ends too, as evidence, never as gates. The
-next trial goes to the stack where the expected drop of the posterior's entropy is largest
-(analysis.bayes.expected_entropy); the bisection stops when the top stack's posterior reaches
-the asked confidence (default 95%), or when the trial budget is spent (then it reports the
-posterior's top stacks, inconclusive). bench/bisect_simulation.py measures whether the
-printed posterior is right as often as it says.
+Bayesian noisy bisection (analysis.changepoint.first_rise): a posterior over "the rate first
+rises at stack k" for every stack of the list, with two more hypotheses: the good end is bad
+already, and no stack is bad (the bad end fails like the good one). The failure rates are
+unknown (Beta priors, in order: each rise adds at least 10 points) and integrated out, with
+room for a second rise later (the first is the answer). Every trial on every stack counts,
+the ends too, as evidence, never as gates. The next trial goes to the stack where the expected
+drop of the posterior's entropy is largest (changepoint.expected_entropy); the bisection stops
+when the top stack's posterior reaches the asked confidence (default 95%), or when the trial
+budget is spent (then it reports the posterior's top stacks, inconclusive). The confidence
+printed is that posterior; bench/bisect_simulation.py measures whether it is right as often
+as it says.
 
 A trial is a whole soak (trial i of a stack with seed `seed + i`). Trials are cached on disk
 by stack and plan (trials.TrialCache); before the first new trial, every trial already on
@@ -31,13 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from stress.analysis.bayes import (
-    RATE_PRIOR,
-    RISE,
-    ChangePoint,
-    change_point,
-    expected_entropy,
-)
+from stress.analysis.changepoint import PRIOR, FirstRise, Prior, expected_entropy, first_rise
 from stress.analysis.stats import fmt_rate
 from stress.verdicts.trials import Trial, TrialRunner
 
@@ -63,6 +58,7 @@ class Stop(enum.Enum):
 
     CONFIDENT = "confident"  # the top stack reached the asked confidence
     GOOD_END_BAD = "good end bad"  # ... and it is the good end: no change inside the list
+    BAD_END_GOOD = "bad end good"  # "no stack is bad" reached it: the bad end fails like the rest
     BUDGET = "budget"  # the trial budget is spent first
     HARNESS = "harness"  # a stack's workers could not start: its trials are not results
 
@@ -86,6 +82,9 @@ class Row:
                 "note": self.note}
 
 
+NO_STACK: str = "(no stack is bad)"  # the posterior's entry past the list's last stack
+
+
 @dataclass
 class BisectResult:
     outcome: Outcome
@@ -93,14 +92,16 @@ class BisectResult:
     reason: str
     first_bad: str = ""
     last_good: str = ""
-    confidence: float = 0.0  # the top stack's posterior
+    confidence: float = 0.0  # the top stack's posterior: the number printed with the answer
     asked: float = CONFIDENCE
     rows: list[Row] = field(default_factory=list)
     top: list[tuple[str, float]] = field(default_factory=list)
+    no_stack_bad: float = 0.0  # P(no stack of the list is bad)
     rate_good: float = 0.0  # posterior mean failure rate of a trial before the first bad
-    rate_bad: float = 0.0  # ... and from it on (to a second rise, if any)
+    rate_bad: float = 0.0  # ... and on the first bad stack
     second_rise: float = 0.0  # P(the rate rises again after the first bad stack)
     ran: int = 0  # trials run by this command (the rest were on disk)
+    prior: Prior = PRIOR
 
     @property
     def trials(self) -> int:
@@ -114,18 +115,22 @@ class BisectResult:
                 "from_disk": self.trials - self.ran, "rate_good": round(self.rate_good, 4),
                 "rate_bad": round(self.rate_bad, 4),
                 "second_rise": round(self.second_rise, 4),
-                "prior": {"rates": f"Beta{RATE_PRIOR}", "least_rise": RISE},
+                "no_stack_bad": round(self.no_stack_bad, 4),
+                "prior": self.prior.as_dict(),
                 "top": [{"stack": s, "posterior": round(p, 4)} for s, p in self.top],
                 "stacks": [r.as_dict() for r in self.rows]}
 
 
 class Evidence:
     """Every trial seen per stack, one per seed (the same trial found in two folders counts
-    once); harness failures are not evidence."""
+    once); harness failures are not evidence. Per-stack counts are kept as trials come."""
 
     def __init__(self, names: Sequence[str]):
         self.names = list(names)
         self.by_stack: dict[str, dict[int, Trial]] = {n: {} for n in names}
+        self._at = {n: i for i, n in enumerate(self.names)}
+        self.failures = np.zeros(len(self.names), dtype=np.int64)
+        self.trials = np.zeros(len(self.names), dtype=np.int64)
 
     def add(self, trial: Trial) -> bool:
         """False when that stack's trial of that seed is already counted."""
@@ -133,15 +138,17 @@ class Evidence:
         if trial.harness or trial.seed in seen:
             return False
         seen[trial.seed] = trial
+        i = self._at[trial.stack]
+        self.trials[i] += 1
+        self.failures[i] += bool(trial.failed)
         return True
 
     def counts(self) -> tuple[list[int], list[int]]:
-        trials = [list(self.by_stack[n].values()) for n in self.names]
-        return [sum(t.failed for t in ts) for ts in trials], [len(ts) for ts in trials]
+        return [int(x) for x in self.failures], [int(x) for x in self.trials]
 
     @property
     def total(self) -> int:
-        return sum(len(v) for v in self.by_stack.values())
+        return int(self.trials.sum())
 
     def next_index(self, stack: str, seed: int) -> int:
         """The first trial index that neither names a trial seen (its run folder may be this
@@ -154,16 +161,16 @@ class Evidence:
         return i
 
 
-def next_stack(cp: ChangePoint) -> int:
+def next_stack(fr: FirstRise) -> int:
     """The stack whose next trial is expected to shrink the posterior's entropy the most (the
     first such stack on a tie)."""
-    return int(np.argmin(expected_entropy(cp)))
+    return int(np.argmin(expected_entropy(fr)))
 
 
 def bisect(runner: TrialRunner, names: Sequence[str], seed: int,
            confidence: float = CONFIDENCE, max_trials: int = MAX_TRIALS,
            on_progress: Callable[[str], None] | None = None,
-           known: Iterable[Trial] = ()) -> BisectResult:
+           known: Iterable[Trial] = (), prior: Prior = PRIOR) -> BisectResult:
     """`names` ordered from the known-good to the known-bad stack (both ends included);
     `known`: trials already run (from disk), counted before any new one."""
     if len(names) < 2:
@@ -178,18 +185,19 @@ def bisect(runner: TrialRunner, names: Sequence[str], seed: int,
     stop, harness = Stop.BUDGET, ("", "")
     last, ran = "", 0
     while True:
-        failures, trials = ev.counts()
-        cp = change_point(failures, trials)
-        top = cp.top
+        fr = first_rise(ev.failures, ev.trials, prior)
+        post = fr.posterior
+        top = int(np.argmax(post))
         if last:
-            say(f"{last}; top {names[top]} {cp.posterior[top]:.1%}, entropy "
-                f"{cp.entropy():.2f} bits")
-        if cp.posterior[top] >= confidence:
-            stop = Stop.CONFIDENT if top > 0 else Stop.GOOD_END_BAD
+            say(f"{last}; top {_name(names, top)} {post[top]:.1%}, entropy "
+                f"{fr.entropy():.2f} bits")
+        if post[top] >= confidence:
+            stop = (Stop.GOOD_END_BAD if top == 0 else Stop.BAD_END_GOOD if top == len(names)
+                    else Stop.CONFIDENT)
             break
         if ev.total >= max_trials:
             break
-        x = next_stack(cp)
+        x = next_stack(fr)
         name = names[x]
         index = ev.next_index(name, seed)
         trial = runner.run(name, index, seed + index)
@@ -197,34 +205,37 @@ def bisect(runner: TrialRunner, names: Sequence[str], seed: int,
             stop, harness = Stop.HARNESS, (name, f"{name} trial {index}: {trial.harness}")
             break
         ran += ev.add(trial)
-        f, n = ev.counts()
-        last = (f"trial {ev.total}: {name} {'FAILED' if trial.failed else 'ok'} ({f[x]}/{n[x]} "
-                f"of its trials failed)")
-    result = _result(ev, cp, stop, confidence, max_trials, harness)
+        last = (f"trial {ev.total}: {name} {'FAILED' if trial.failed else 'ok'} "
+                f"({ev.failures[x]}/{ev.trials[x]} of its trials failed)")
+    result = _result(ev, fr, stop, confidence, max_trials, harness, prior)
     result.ran = ran
     return result
 
 
-def _result(ev: Evidence, cp: ChangePoint, stop: Stop, asked: float, budget: int,
-            harness: tuple[str, str]) -> BisectResult:
+def _name(names: Sequence[str], k: int) -> str:
+    return names[k] if k < len(names) else NO_STACK
+
+
+def _result(ev: Evidence, fr: FirstRise, stop: Stop, asked: float, budget: int,
+            harness: tuple[str, str], prior: Prior) -> BisectResult:
     names = ev.names
     failures, trials = ev.counts()
-    p_bad = cp.p_bad()
-    rows = [Row(n, trials[i], failures[i], float(cp.posterior[i]), float(p_bad[i]))
+    post = fr.posterior
+    p_bad = fr.p_bad()
+    rows = [Row(n, trials[i], failures[i], float(post[i]), float(p_bad[i]))
             for i, n in enumerate(names)]
-    order = sorted(range(len(names)), key=lambda i: -cp.posterior[i])
     top: list[tuple[str, float]] = []
-    for i in order[:TOP_SHOWN]:
-        top.append((names[i], float(cp.posterior[i])))
+    for i in np.argsort(-post, kind="stable")[:TOP_SHOWN]:
+        top.append((_name(names, int(i)), float(post[i])))
         if sum(p for _, p in top) >= TOP_MASS:
             break
-    g, b = cp.rates()
-    k = cp.top
-    r = BisectResult(stop.outcome, stop, "", confidence=float(cp.posterior[k]), asked=asked,
-                     rows=rows, top=top, rate_good=g, rate_bad=b,
-                     second_rise=cp.second_rise())
+    g, b = fr.rates()
+    k = fr.top
+    r = BisectResult(stop.outcome, stop, "", confidence=float(post[k]), asked=asked,
+                     rows=rows, top=top, no_stack_bad=fr.none, rate_good=g, rate_bad=b,
+                     second_rise=fr.second_rise(), prior=prior)
     shown = ", ".join(f"{s} {p:.1%}" for s, p in top)
-    rates = f"trials fail {fmt_rate(g)} before the first bad stack, {fmt_rate(b)} from it"
+    rates = f"trials fail {fmt_rate(g)} before the first bad stack, {fmt_rate(b)} on it"
     if stop is Stop.CONFIDENT:
         r.first_bad, r.last_good = names[k], names[k - 1]
         r.reason = (f"first bad stack: {names[k]} (last good: {names[k - 1]}); posterior "
@@ -233,6 +244,10 @@ def _result(ev: Evidence, cp: ChangePoint, stop: Stop, asked: float, budget: int
         r.reason = (f"the good end {names[0]} fails like the stacks after it (posterior "
                     f"{r.confidence:.1%} that the list's first stack is already bad) after "
                     f"{r.trials} trials: is --good really good?")
+    elif stop is Stop.BAD_END_GOOD:
+        r.reason = (f"the bad end {names[-1]} fails like the stacks before it (posterior "
+                    f"{r.confidence:.1%} that no stack of the list is bad; trials fail "
+                    f"{fmt_rate(g)}) after {r.trials} trials: is --bad really bad?")
     elif stop is Stop.HARNESS:
         rows[names.index(harness[0])].note = "not a result: its workers could not start"
         r.reason = f"{harness[1]}; posterior so far: {shown}"
@@ -245,8 +260,9 @@ def _result(ev: Evidence, cp: ChangePoint, stop: Stop, asked: float, budget: int
 def render(r: BisectResult) -> str:
     lines = [f"BISECT  {r.outcome.value}: {r.reason}",
              f"  posterior of the first bad stack from {r.trials} trials ({r.ran} run now, "
-             f"{r.trials - r.ran} from disk; rates unknown: Beta{RATE_PRIOR} priors, each "
-             f"rise >= {RISE:.0%}); P(the rate rises again later) = {r.second_rise:.0%}",
+             f"{r.trials - r.ran} from disk); prior: {r.prior.describe()}",
+             f"  P(the rate rises again later) = {r.second_rise:.0%}; P(no stack is bad) = "
+             f"{r.no_stack_bad:.1%}",
              f"  {'stack':<32} {'failed':>9}  {'P(first bad)':>12}  {'P(bad)':>7}  note"]
     for row in r.rows:
         frac = f"{row.failures}/{row.trials}" if row.trials else "-"

@@ -231,3 +231,64 @@ def test_the_old_sprt_options_are_accepted_and_said_to_be_ignored(tmp_path: Path
     res = CliRunner().invoke(cli, ["bisect", "--stacks", str(f), "--good", "b", "--bad", "a",
                                    "--p-good", "0.02", "--p-bad", "0.3"])
     assert "--p-good/--p-bad are ignored" in res.output
+
+
+def test_a_bad_end_that_fails_like_the_good_ones_is_inconclusive_and_says_so() -> None:
+    names = [f"n{i}" for i in range(6)]
+    known = [Trial(n, i, i, False) for n in names for i in range(15)]  # none ever fails
+    r = bisect(Stacks(dict.fromkeys(names, 0.0)), names, seed=0, known=known)
+    assert r.stop is Stop.BAD_END_GOOD and r.outcome.exit_code == 3
+    assert "the bad end n5 fails like the stacks before it" in r.reason
+    assert r.top[0][0] == "(no stack is bad)" and r.no_stack_bad >= 0.95
+
+
+def test_a_rate_that_rises_twice_is_answered_by_its_first_rise() -> None:
+    # 2% before n05, 20% from n05, 50% from n10: the first rise is the answer
+    rates = {f"n{i:02d}": 0.02 if i < 5 else 0.2 if i < 10 else 0.5 for i in range(14)}
+    right = 0
+    for s in range(6):
+        r = bisect(Stacks(rates, seed=s), list(rates), seed=0)
+        right += r.first_bad == "n05"
+        assert r.first_bad != "n10"  # never the bigger, later step
+    assert right >= 5
+
+
+def _from_prior(n: int, rng: random.Random) -> tuple[dict[str, float], str]:
+    """A truth drawn from the model's prior (what bench/bisect_simulation.py calls "from the
+    prior"): the rates and the answer's name."""
+    from stress.analysis.changepoint import PRIOR
+    from stress.verdicts.bisect import NO_STACK
+
+    first = rng.choices(range(n + 1), [PRIOR.end_weight] + [1.0] * (n - 1)
+                        + [PRIOR.end_weight])[0]
+    names = [f"n{i:02d}" for i in range(n)]
+    if first == n:
+        return dict.fromkeys(names, rng.betavariate(*PRIOR.good)), NO_STACK
+    second = rng.randrange(first + 1, n) if first < n - 1 and rng.random() < \
+        PRIOR.second_rise else n
+    while True:
+        g, b1, b2 = (rng.betavariate(*PRIOR.good), rng.betavariate(*PRIOR.bad),
+                     rng.betavariate(*PRIOR.bad))
+        if g + PRIOR.rise <= b1 and (second == n or b1 + PRIOR.rise <= b2):
+            break
+    rates = [g if i < first else b1 if i < second else b2 for i in range(n)]
+    return dict(zip(names, rates, strict=True)), names[first]
+
+
+def test_bisect_is_right_as_often_as_it_says_when_the_truth_is_drawn_from_its_prior() -> None:
+    # a small seeded simulation: 8 stacks, stop at 80% so that the wrong answers are many
+    # enough to count; the share right must match the mean printed posterior
+    rng = random.Random(27)
+    printed, right = [], []
+    for _ in range(160):
+        rates, want = _from_prior(8, rng)
+        r = bisect(Stacks(rates, seed=rng.randrange(10**6)), list(rates), seed=0,
+                   confidence=0.8, max_trials=150)
+        named = {Stop.CONFIDENT: r.first_bad, Stop.GOOD_END_BAD: "n00",
+                 Stop.BAD_END_GOOD: "(no stack is bad)"}.get(r.stop)
+        if named is not None:
+            printed.append(r.confidence)
+            right.append(named == want)
+    assert len(printed) > 130
+    share, mean = sum(right) / len(right), sum(printed) / len(printed)
+    assert abs(share - mean) < 0.07, (share, mean)  # 2.3 standard errors at 80%
