@@ -354,11 +354,12 @@ def _warm_up() -> None:
 
 
 def run_child(spec: ChildSpec) -> int:
-    """The job process's body, outside every server frame."""
-    from stress.engine import exitpaths
+    """The job process's body, outside every server frame: the worker, which leaves by its
+    job's exit path after `bye`."""
+    from stress.engine import worker
 
     sys.argv = ["stress.engine.worker", *spec.argv]
-    return exitpaths.main(spec.argv)
+    return worker.main(spec.argv)
 
 
 def main(argv: list[str] | None = None) -> int:

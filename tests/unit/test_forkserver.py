@@ -127,13 +127,12 @@ def test_the_exit_family_names_six_paths_and_only_sigterm_expects_a_signal_death
         assert exitpaths.PATTERNS[name].name == name and exitpaths.PATTERNS[name].summary
 
 
-def test_registering_the_family_keeps_patterns_already_registered() -> None:
-    from stress.engine import exitpaths
+def test_a_worker_runs_the_exit_family_beside_the_in_process_patterns() -> None:
+    from stress.engine import exitpaths, patterns, worker
 
-    mine = object()
-    registry: dict[str, object] = {"exit-clean": mine}
-    exitpaths.register(registry)  # type: ignore[arg-type]
-    assert registry["exit-clean"] is mine and set(registry) == set(exitpaths.FAMILY)
+    assert set(worker.RUNS) == {*patterns.PATTERNS, *exitpaths.FAMILY}
+    assert all(worker.RUNS[name] is exitpaths.PATTERNS[name] for name in exitpaths.FAMILY)
+    assert not set(patterns.PATTERNS) & set(exitpaths.FAMILY)  # neither hides the other
 
 
 def test_leave_with_nothing_pending_returns_for_paths_that_exit_normally() -> None:

@@ -123,11 +123,11 @@ def test_every_stored_stop_reason_text_has_its_kind() -> None:
 
 
 def test_the_registry_knows_every_pattern_the_engines_run() -> None:
-    from stress.engine import exitpaths, native, patterns
+    from stress.engine import exitpaths, native, worker
     from stress.engine.execrunner import EXEC_PATTERN
 
-    assert set(patterns.PATTERNS) == {*vocab.family(vocab.Family.CORE), *exitpaths.FAMILY}
+    assert set(worker.RUNS) == {*vocab.family(vocab.Family.CORE), *exitpaths.FAMILY}
     assert set(native.NATIVE_PATTERNS) == set(vocab.family(vocab.Family.NATIVE))
     assert vocab.family(vocab.Family.EXEC) == (EXEC_PATTERN,)
-    for name, impl in patterns.PATTERNS.items():
+    for name, impl in worker.RUNS.items():
         assert vocab.PATTERNS[name].summary == impl.summary
