@@ -21,14 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stress.engine import children, corekill, evidence, postmortem, telemetry
+from stress.engine import corekill, evidence, postmortem, telemetry
 from stress.engine.attribution import Attribution, attribute
+from stress.engine.children import ChildCrash
 from stress.engine.forkclient import RETURNCODE_LOST
 from stress.engine.forkserver import EXIT_CHILD_SETUP
 from stress.engine.journal import Step
 from stress.engine.observer import Outcome
 from stress.engine.watchdog import STARTUP_STEP, Stuck
-from stress.engine.workermanage import WorkerHandle, kill_groups, signal_group
+from stress.engine.workermanage import Judge, WorkerHandle, kill_groups, signal_group
 from stress.fs import atomic_write
 from stress.vocab import FailureClass, signal_name
 
@@ -122,20 +123,20 @@ def write_evidence(s: Session, folder: Path | None, h: WorkerHandle, job: Job | 
     if folder is not None:
         evidence.write_folder(folder, s.cfg, h.tail(h.stderr_path), h.tail(h.stdout_path),
                               job, attr.journal_text, extra)
-        if h.add_evidence is not None:
-            h.add_evidence(folder)
+        if h.judge is not None:
+            h.judge.add_evidence(folder)
 
 
 def _tidy(h: WorkerHandle) -> None:
     """A clean one-job process whose job passed leaves nothing worth keeping: its journal,
     empty logs and core folder go (10 exits a second would otherwise leave tens of thousands
     of files an hour).
-    A process its runner watches (h.watch: a native tool, an exec command) is left to that
+    A process its runner judges (h.judge: a native tool, an exec command) is left to that
     runner: its folder is the user's own working directory (exec: removed here when empty, so
     the next copy could not start) or a slot folder reused by the next job (native), its logs
     are reused per slot (native) or deleted by the runner at a clean exit (exec), and it keeps
     no journal."""
-    if not h.ephemeral or h.watch is not None or h.job_failed:  # a failed job's journal stays
+    if not h.ephemeral or h.judge is not None or h.job_failed:  # a failed job's journal stays
         return
     for path in (h.journal_path, h.stdout_path, h.stderr_path):
         try:
@@ -281,23 +282,24 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     worker said)."""
     noticed_ns = time.monotonic_ns()
     s.drain(h)
-    if h.finish is not None and not h.killed_by_us:
-        h.inbox.extend(h.finish(rc))  # a tool process's results, parsed from its output
+    if h.judge is not None and not h.killed_by_us:
+        h.inbox.extend(h.judge.finish(rc))  # a tool process's results, parsed from its output
         s.drain(h)
     if h.killed_by_us:
         if h.cwd is not None:
             postmortem.discard_core(h.pid, h.cwd)  # our SIGKILL leaves no core; SIGABRT might
-        if h.group is not None:
-            h.group.discard()  # a hang's group: its processes' cores are not its evidence
+        if h.judge is not None and h.judge.group is not None:
+            h.judge.group.discard()  # a hang's group: its processes' cores are not its evidence
         s.retire(h)
         return
     signal_group(h.pid, signal.SIGKILL)  # whatever the worker left running in its group
     sig = signal_name(rc)
+    group = h.judge.group if h.judge is not None else None
     said_bye = h.bye_at is not None
     if h.facts_worker and h.hello_at is None:
         s.facts_requested = False  # the next worker reports the runtime facts instead
     kind, why = classify_exit(rc, said_bye=said_bye, said_hello=h.hello_at is not None,
-                              expected_rc=h.expected_rc, exec_group=h.group is not None,
+                              expected_rc=h.expected_rc, exec_group=group is not None,
                               python_exception=_python_exception(h) if rc == 1 else "")
     if kind is ExitKind.HARNESS:
         s.harness_errors.append(f"worker {h.name} {why} (see {h.stderr_path})")
@@ -319,8 +321,8 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
         return
     stderr = h.tail(h.stderr_path)
     attr = attribute(h.journal(), stderr)
-    if attr.last_step is None:
-        attr.last_step = h.default_step
+    if attr.last_step is None and h.judge is not None:
+        attr.last_step = h.judge.step
     exposure = None
     failed_step = _step_after_bye(attr, sig is not None) if said_bye else None
     if failed_step:  # a step its exit path journaled failed before the exit itself
@@ -331,15 +333,15 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     job = s.job_of(h, attr)
     cls = FailureClass.ERROR if said_bye and sig is None else FailureClass.CRASH
     child = None
-    if h.group is not None:  # an exec job: its group's processes (children.py)
-        cls, child = children.exec_class(h, sig, said_bye, cls)
+    if group is not None:  # an exec job: its group's processes (children.py)
+        cls, child = exec_class(h.judge, sig, said_bye, cls)
         sig = child.signal if child is not None else sig
     # the core to read: the process's own, or the crashed child's (moved into the run folder)
-    core_pid, core_dir, core_exe = h.pid, h.cwd, h.exe or s.python
+    core_pid, core_dir, core_exe = h.pid, h.cwd, h.judge.exe if h.judge else s.python
     if child is not None:
         core_pid, core_exe = child.pid or 0, child.exe or child.name
-        core_dir = child.core_path.parent if child.core_path else h.group.dest \
-            if child.pid and h.group is not None else None
+        core_dir = child.core_path.parent if child.core_path else group.dest \
+            if child.pid and group is not None else None
     crash: Future[evidence.CrashEvidence] | None = None
     pending_tids: list[int] = []
     budget: dict[str, Any] | None = None
@@ -356,8 +358,8 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
                   "cores": h.cores if child is None else child.core_path is not None}
     keep = child.pid if child is not None and full and \
         s.folders < _MAX_FAILURE_FOLDERS else None
-    if h.group is not None:
-        h.group.discard(keep=keep)  # every core of its group but the one read (never left)
+    if group is not None:
+        group.discard(keep=keep)  # every core of its group but the one read (never left)
     if sig is not None and core_dir is not None and (s.folders >= _MAX_FAILURE_FOLDERS or
                                                      not full):
         postmortem.discard_core(core_pid, core_dir)  # no folder to put its stacks in, or counted
@@ -385,8 +387,8 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     facts: dict[str, Any] = {"stack_source": "pending" if crash else "none"}
     if budget is not None:
         facts["evidence_budget"] = budget
-    if h.describe is not None:
-        facts.update(h.describe())
+    if h.judge is not None:
+        facts.update(h.judge.facts())
     if child is not None:
         facts["child_crash"] = child.as_dict()
     meta = {"class": cls.value, "signal": sig, "exit_code": rc, "said_bye": said_bye,
@@ -409,6 +411,22 @@ def on_exit(s: Session, h: WorkerHandle, rc: int) -> None:
     s.requeue(h, job)  # after end_worker: it names the job a process-per-job worker ran
     s.restart(h)
     s.retire(h)
+
+
+def exec_class(judge: Judge | None, sig: str | None, said_bye: bool, cls: FailureClass
+               ) -> tuple[FailureClass, ChildCrash | None]:
+    """An exec job's class, and the process of its group to blame. The command killed by a
+    signal: its own crash (its children's cores are not read). Else a process of its group
+    killed by one (a compiler the test ran; `children.GroupWatch.crashed`): a `crash` with
+    that process's signal, led by its frames, whatever the command printed. Else a non-zero
+    exit before its done marker is `failed`: the command said its tests failed. After the
+    marker it stays an `error` at worker-exit (the work was done; its exit failed)."""
+    if sig is not None or judge is None or judge.group is None:
+        return cls, None
+    child = judge.child_crash()
+    if child is not None:
+        return FailureClass.CRASH, child
+    return (cls if said_bye else FailureClass.FAILED), None
 
 
 _OUTCOMES: dict[FailureClass, str] = {FailureClass.CRASH: "crash",
@@ -450,7 +468,7 @@ def on_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]],
                           # installed: our workers once they said hello (and dump_stacks
                           # checks that it still is)
                           {h.pid: h.stderr_path for h, _ in group
-                           if h.hello_at is not None and h.watch is None},
+                           if h.hello_at is not None and h.judge is None},
                           min(h.started_wall for h, _ in group), s.run_dir, s.python,
                           cancel)
         batches[fut] = (group, t0, gap)
@@ -546,7 +564,8 @@ def _take_and_kill(handles: list[WorkerHandle], backend: str, stderr_paths: dict
             continue
         reader = h.journal()
         tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
-        post = corekill.read(h.pid, h.exe or python, h.cwd, tids=tids, since_wall=since_wall)
+        post = corekill.read(h.pid, h.judge.exe if h.judge else python, h.cwd, tids=tids,
+                             since_wall=since_wall)
         how = f"core dumped by our {cored[h.pid].signal} after the verdict" if by_core else \
             f"core of its death by {signal_name(rc)} during the evidence"
         live = hang.processes[h.pid].stacks
@@ -575,7 +594,7 @@ def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]], taken: _T
         attr = attribute(h.journal(), "", slot_hint=slot)
         if st.slot is None or attr.last_step is None:
             attr.last_step = st.label
-        if h.watch is not None and not attr.native_tid:  # no journal names a thread: the
+        if h.judge is not None and not attr.native_tid:  # no journal names a thread: the
             attr.native_tid = _main_tid(h)  # main thread is where a tool process waits
         job = s.job_of(h, attr)
         folder = new_folder(s, cls, h.name)
@@ -597,8 +616,8 @@ def _finish_stuck(s: Session, stuck: list[tuple[WorkerHandle, Stuck]], taken: _T
             k = taken.cored[h.pid]
             facts["core_after_verdict"] = {"signal": k.signal, "ended": k.ended,
                                            "note": k.note or None}
-        if h.describe is not None:
-            facts.update(h.describe())
+        if h.judge is not None:
+            facts.update(h.judge.facts())
         exposure = "process_exit" if st.step is Step.WORKER_EXIT else None
         write_evidence(s, folder, h, job, attr, {
             **hang.files(h.pid),

@@ -214,7 +214,7 @@ def check(data: ProgramData, out: np.ndarray[Any, Any]) -> str | None:
 # ---- one process --------------------------------------------------------------------------
 @dataclass
 class NativeJudge:
-    """Deadlines and end of one tool process (the handle's watch / finish / describe)."""
+    """Deadlines, end and evidence of one tool process (its handle's workermanage.Judge)."""
 
     handle: WorkerHandle | None
     job: Job
@@ -232,6 +232,9 @@ class NativeJudge:
     settled: bool = False
     kept: bool | None = None  # the keeper kept its replay (False: not written, or over the cap)
     facts_cache: dict[str, Any] = field(default_factory=dict)
+    exe: str = ""  # the tool (its core's executable)
+    step: str = _INVOKE  # blamed when nothing else names a step
+    group: None = None  # a tool starts no processes of its own that we watch
 
     def watch(self, now_ns: int) -> Stuck | None:
         if self.done_ns is None and self.output is not None and os.path.exists(self.output):
@@ -327,7 +330,10 @@ class NativeJudge:
             self.settled = True
             self.kept = self.keeper.settle(self.replay_path, self.job.program, failed)
 
-    def describe(self) -> dict[str, Any]:
+    def child_crash(self) -> None:
+        return None
+
+    def facts(self) -> dict[str, Any]:
         return {"native_tool": self.tools.folder.name, "output_written": self.done_ns is not None
                 or bool(self.output and os.path.exists(self.output)), **self.facts_cache}
 
@@ -473,13 +479,14 @@ class NativeRunner:
         h = WorkerHandle(spec.worker_id, spec.generation, proc, fd, self.journal, log_path,
                          log_path, ephemeral=True, messages=False, log_from=log_from)
         self.slots.hold(slot, h)
-        judge = NativeJudge(h, job, data, time.monotonic_ns(), time.time(), spec.timeout_s,
-                            spec.teardown_timeout_s, output, self.tools, self.keeper,
-                            replay_path)
-        h.watch, h.finish, h.describe = judge.watch, judge.finish, judge.describe
-        h.add_evidence = judge.add_evidence
-        h.cwd, h.exe, h.default_step = cwd, argv[0], _INVOKE
+        h.judge = NativeJudge(h, job, data, time.monotonic_ns(), time.time(), spec.timeout_s,
+                              spec.teardown_timeout_s, output, self.tools, self.keeper,
+                              replay_path, exe=argv[0], step=_INVOKE)
+        h.cwd = cwd
         return h
+
+    def ready(self) -> bool:
+        return True
 
     def close(self) -> None:
         if self.core_limit is not None:

@@ -232,12 +232,11 @@ class Session:
                     h.retiring or (self.supply.done and not self.supply.queued(Queue.POOL))):
                 h.stop()
         ephemeral = [h for h in self.workers.values() if h.ephemeral and not
-                     (h.watch is not None and h.proc.returncode is not None)]  # exited tool
+                     (h.judge is not None and h.proc.returncode is not None)]  # exited tool
         exiting = [h for h in ephemeral if h.batch is not None]
         wave: int | None = None
-        ready = getattr(self.runner, "ready", None)  # a runner may hold launches back
         while self.supply.enabled[Queue.ONE_JOB] and len(ephemeral) < self.ppj_slots:
-            if ready is not None and not ready():
+            if not self.runner.ready():  # a runner may hold launches back
                 break
             job = self.supply.next(Queue.ONE_JOB)
             if job is None:
@@ -492,8 +491,8 @@ class Session:
         for h in list(self.workers.values()):
             if h.state is State.EXITED or id(h) in skip:
                 continue
-            if h.watch is not None:  # a process without our journal: its runner's deadlines
-                found = h.watch(now_ns)
+            if h.judge is not None:  # a process without our journal: its runner's deadlines
+                found = h.judge.watch(now_ns)
             else:
                 found = watchdog.scan(
                     h.journal(), now_ns, limits, started_ns=int(h.started * 1e9),
@@ -544,10 +543,10 @@ class Session:
             rc = h.poll()
             if rc is not None:
                 exited.append((h, rc))
-        # only tool processes (h.watch): the early top-up counts them out once exited, so the
+        # only tool processes (h.judge): the early top-up counts them out once exited, so the
         #   worker count below can tell whether on_exit ended anything else
         topped_up = bool(exited) and self.cfg.engine != "python" and \
-            all(h.watch is not None for h, _ in exited)
+            all(h.judge is not None for h, _ in exited)
         queued: tuple[int, int, int] | None = None
         if topped_up:
             # tool processes: replacements start before the exits are handled (output checks,

@@ -117,6 +117,9 @@ class FakeRunner:
                 h.inbox.append(("bye", {}))
                 proc.returncode = 0
 
+    def ready(self) -> bool:
+        return True
+
     def close(self) -> None:
         pass
 
