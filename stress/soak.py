@@ -15,6 +15,7 @@ from stress.analysis.report import signature_summaries
 from stress.engine.config import DEFAULT_EVIDENCE_BUDGET, SoakConfig
 from stress.engine.phases import Phases
 from stress.engine.probe import LIBRARY_HINT, ProbeResult, probe
+from stress.engine.runfiles import RunFiles
 from stress.engine.session import Observer, Session
 from stress.errors import UsageError
 from stress.programs import corpus, targets, userprog
@@ -156,7 +157,7 @@ class _Start:
         """The run, stopped before its session began, as an interrupted run of the store."""
         store = RunStore(self.folder.root)
         try:
-            manifest = Session(config, self.folder.run_id, self.folder.files, store).manifest()
+            manifest = RunFiles(config, self.folder.files).manifest({})
             store.start_run(self.folder.run_id, config.seed, config.command, manifest,
                             config.as_dict())
             store.end_run(self.folder.run_id, RunStatus.INTERRUPTED.value,
@@ -292,7 +293,7 @@ def run_soak(opts: SoakOptions, observer: Observer | None = None,
         session.facts.update(facts)
         session.progress.status = status
         start.recorded = True
-        with session.signals():
+        with session.interrupts.handled():
             session.run()
             return _summary(folder)
 
@@ -424,7 +425,7 @@ def run_exec_soak(opts: SoakOptions, observer: Observer | None = None,
                           runner=ExecRunner(command), observer=observer)
         session.progress.status = status
         start.recorded = True
-        with session.signals():
+        with session.interrupts.handled():
             session.run()
             return _summary(folder)
 
