@@ -33,7 +33,7 @@ from stress.engine.progress import Progress
 from stress.engine.recorder import Recorder, no_cores
 from stress.engine.records import Records
 from stress.engine.runfiles import RunFiles
-from stress.engine.scheduler import JobSupply, Queue, is_exit_job
+from stress.engine.scheduler import JobSupply, Queue
 from stress.engine.tally import RunTally
 from stress.engine.timeline import RunTimeline
 from stress.engine.workermanage import LaunchSpec, Runner, SpawnRunner, State, WorkerHandle
@@ -100,6 +100,8 @@ class Session:
 
     # ---- scheduling --------------------------------------------------------------------
     def top_up(self) -> None:
+        """Pool workers started and fed up to 2 x threads jobs each; one-job processes started
+        within their slots (exit-family ones in waves)."""
         if self.stopping:
             return
         pool = [h for h in self.workers.values() if not h.ephemeral]
@@ -107,51 +109,34 @@ class Session:
             for _ in range(self.cfg.workers - len(pool)):
                 if not self.supply.peek(Queue.POOL):
                     break
-                self.start_worker(ephemeral=False)
+                self._spawn(self.pool.new_id(), ephemeral=False)
         for h in pool:
-            batch: list[Job] = []
-            room = 2 * self.cfg.threads if h.job_limit is None else \
-                min(2 * self.cfg.threads, h.job_limit - h.jobs_sent + len(h.outstanding))
-            while h.state is State.RUNNING and len(h.outstanding) + len(batch) < room:
-                job = self.supply.next(Queue.POOL)
-                if job is None:
-                    break
-                batch.append(job)
-            h.send_jobs(batch)
+            if h.state is State.RUNNING:
+                h.send_jobs(self.supply.for_pool(len(h.outstanding),
+                                                 h.room(2 * self.cfg.threads)))
             if h.state is State.RUNNING and not h.outstanding and (
                     h.retiring or (self.supply.done and not self.supply.queued(Queue.POOL))):
                 h.stop()
         ephemeral = [h for h in self.workers.values() if h.ephemeral and not
                      (h.judge is not None and h.proc.returncode is not None)]  # exited tool
-        exiting = [h for h in ephemeral if h.batch is not None]
+        exiting = any(h.batch is not None for h in ephemeral)
         wave: int | None = None
         while self.supply.enabled[Queue.ONE_JOB] and len(ephemeral) < self.ppj_slots:
             if not self.runner.ready():  # a runner may hold launches back
                 break
-            job = self.supply.next(Queue.ONE_JOB)
+            job = self.supply.next_process(wave_running=exiting and wave is None)
             if job is None:
                 break
-            exit_job = is_exit_job(job)
-            if exit_job and exiting and wave is None:
-                # a batch starts together and exits together: wait for the last of the wave
-                self.supply.put_back(job)
-                break
-            h = self.start_worker(ephemeral=True, exit_job=exit_job, job=job)
-            if exit_job:
+            exit_path = exit_path_of(job.pattern)
+            h = self._spawn(self.pool.new_id(), True, exit_path is not None, job)
+            if exit_path is not None:
                 if wave is None:
                     self.batch += 1
                     wave = self.batch
-                h.batch = wave
-                path = exit_path_of(job.pattern)
-                h.expected_rc = path.expected_returncode if path is not None else 0
+                h.batch, h.expected_rc = wave, exit_path.expected_returncode
             h.send_job(job)
             h.stop()
             ephemeral.append(h)
-
-    def start_worker(self, ephemeral: bool, exit_job: bool = False,
-                     job: Job | None = None) -> WorkerHandle:
-        wid = self.pool.new_id()
-        return self._spawn(wid, ephemeral, exit_job, job)
 
     def _spawn(self, wid: int, ephemeral: bool, exit_job: bool = False,
                job: Job | None = None) -> WorkerHandle:
@@ -288,9 +273,8 @@ class Session:
 
     def may_declare(self) -> bool:
         """Whether hangs may still be declared while evidence is taken (hangs.Supervisor)."""
-        capped = self.cfg.max_failures is not None and \
-            self.tally.failure_count >= self.cfg.max_failures
-        return not self.stopping and not capped and self.interrupts.first is None
+        return not self.stopping and not self.interrupted() and \
+            not self.tally.at_max_failures(self.cfg.max_failures)
 
     def scan(self) -> None:
         """Every worker past a deadline: evidence of all of them first (a GPU-wide stall hangs
@@ -365,8 +349,7 @@ class Session:
         if self.cfg.duration_s is not None and \
                 clock - self.tally.soak_clock(clock, _STARTUP_TIMEOUT_S) >= self.cfg.duration_s:
             self.stop(StopReason.DURATION.text())
-        if self.cfg.max_failures is not None and \
-                self.tally.failure_count >= self.cfg.max_failures:
+        if self.tally.at_max_failures(self.cfg.max_failures):
             self.stop(StopReason.MAX_FAILURES.text(f"{self.cfg.max_failures} reached"))
         if self.supply.drained() and \
                 not any(h.outstanding for h in self.workers.values()):
@@ -375,8 +358,7 @@ class Session:
             raise Interrupted(self.interrupts.first)
         if self.observer is not None and now - self.last_observed >= _OBSERVE_PERIOD_S:
             self.last_observed = now
-            reason = self.observer.should_stop()
-            if reason:
+            if reason := self.observer.should_stop():
                 self.stop(reason)
         if not topped_up or queued != (self.supply.queued(Queue.ONE_JOB),
                                        self.supply.queued(Queue.POOL),

@@ -168,6 +168,12 @@ class WorkerHandle:
         the session starts its successor on the same worker id (the same device) then."""
         return self.job_limit is not None and self.jobs_sent >= self.job_limit
 
+    def room(self, most: int) -> int:
+        """How many jobs it may hold: `most`, fewer near its job limit."""
+        if self.job_limit is None:
+            return most
+        return min(most, self.job_limit - self.jobs_sent + len(self.outstanding))
+
     def send_job(self, job: Job) -> bool:
         return self.send_jobs([job])
 
