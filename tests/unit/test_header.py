@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from stress.analysis import header
-from stress.soak import recorded_command
+from stress.soak.plan import recorded_command
 
 CUDA: dict[str, Any] = {
     "tool_version": "0.1.0", "iree_compiler": "3.13.0rc20261016 @ 89ece87b89852100c0a4ac3d515e"

@@ -14,7 +14,9 @@ from typing import Any
 
 from stress.errors import UsageError
 from stress.fs import default_cache_dir
-from stress.soak import SoakOptions, native_tools, run_soak
+from stress.soak.options import SoakOptions
+from stress.soak.plan import native_tools
+from stress.soak.run import run_soak
 from stress.store import readers
 from stress.store.db import DB_NAME
 from stress.vocab import Engine
