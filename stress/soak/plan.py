@@ -151,7 +151,7 @@ def native_programs(programs: list[Program]) -> list[Program]:
 
 
 def native_tools(python: str) -> Any:
-    from stress.engine.native import ToolsMissing, find_tools
+    from stress.engine.nativetools import ToolsMissing, find_tools
 
     try:
         return find_tools(python)

@@ -169,7 +169,7 @@ def run_replays(folder: Path, device: str, times: int, python: str | None) -> li
     """iree-run-replay of the folder's recorded HAL stream (or of the replay file `folder`)
     on `device`, `times` times."""
     from stress.engine import procstate
-    from stress.engine.native import replay_argv
+    from stress.engine.nativetools import replay_argv
 
     replays = [folder] if folder.is_file() else sorted(folder.glob("*.ireereplay"))
     if not replays:

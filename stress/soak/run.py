@@ -207,7 +207,8 @@ def _spawned(opts: SoakOptions, plan: Plan, config: SoakConfig,
 
 def _tools(opts: SoakOptions, plan: Plan, config: SoakConfig,
            files: Path) -> tuple[Runner | None, dict[str, Any]]:
-    from stress.engine.native import NativeRunner, tool_facts
+    from stress.engine.native import NativeRunner
+    from stress.engine.nativetools import tool_facts
 
     tools = plans.native_tools(opts.python or sys.executable)
     facts = tool_facts(tools)  # no worker says hello: the tools' own version file
