@@ -12,8 +12,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def header() -> None:
-    """First line of every committed output: the command line, the commit, date and cores."""
+def header() -> str:
+    """First line of every committed output: the command line, the commit, date and cores
+    (printed, and returned for outputs written to a file too)."""
     import shlex
     import time
 
@@ -24,8 +25,10 @@ def header() -> None:
                            cwd=ROOT).stdout.strip()
     if dirty:  # the code measured is not the commit named: said, never hidden
         commit += " + uncommitted changes"
-    print(f"# python {shlex.join(sys.argv)}  (commit {commit}, {time.strftime('%Y-%m-%d')}, "
-          f"{os.cpu_count()} cores)", flush=True)
+    line = (f"# python {shlex.join(sys.argv)}  (commit {commit}, {time.strftime('%Y-%m-%d')}, "
+            f"{os.cpu_count()} cores)")
+    print(line, flush=True)
+    return line
 
 
 def soak(*args: str, timeout: float = 900) -> dict[str, Any]:

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,16 @@ def judge(fault: Fault, pattern: str, got: dict[str, Any], debuggers: str = "on"
         if not counts[f["class"]]:
             del counts[f["class"]]
     got["fired"] -= len(probe)
-    recorded = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
+    # a class other than the expected one says at which steps it was recorded, so an odd cell
+    #   explains itself
+    steps: dict[str, Counter[str]] = {}
+    for f in detail:
+        if f not in probe and f["class"] != expected:
+            steps.setdefault(f["class"], Counter())[f.get("last_step") or "?"] += 1
+    recorded = ", ".join(
+        f"{k} {v}" + (f" (at {', '.join(f'{s} {n}' for s, n in sorted(steps[k].items()))})"
+                      if k in steps else "")
+        for k, v in sorted(counts.items())) or "none"
     if probe:
         recorded += f" (+ probe {', '.join(f['class'] for f in probe)})"
     frame_fn = f"iree_fault_{fault.mode}"
@@ -162,15 +172,31 @@ def judge(fault: Fault, pattern: str, got: dict[str, Any], debuggers: str = "on"
         ok = ok and (found or not need_frame) and (fault.state() == "-" or state == fault.state())
     elif expected != "none":
         ok = False
-    if expected != "none" and got["fired"] == 0:
-        ok = False  # the fault never fired: the cell proves nothing
+    # the fault never fired (the runtime of this target never joined a thread there, say):
+    #   the cell proves nothing either way, and says so instead of passing or failing
+    unfired = expected != "none" and got["fired"] == 0
     n = counts.get(expected, 0)
     if fault.mode == "segv" and n != got["fired"]:
         ok = False  # a process dies at its first fired segv: one crash each, none missed
     if fault.mode != "segv" and expected != "none" and not 1 <= n <= got["fired"]:
         ok = False  # a stuck process may have fired in several threads: one hang
     return [fault.name, pattern, f"{fault.prob:g}", str(got["fired"]), expected, recorded,
-            state, frame, rate, "OK" if ok else "MISMATCH"]
+            state, frame, rate, "NOT FIRED" if unfired and not counts else
+            "OK" if ok and not unfired else "MISMATCH"]
+
+
+def keep_odd(got: dict[str, Any], expected: str, into: Path, name: str) -> None:
+    """failure.json and stacks.txt of each failure of another class than expected, so that a
+    mismatching cell on a machine given back afterwards can still be read."""
+    for f in got.get("summary", {}).get("failures_detail", []):
+        src = Path(f.get("artifacts") or "")
+        if f["class"] == expected or not src.is_dir():
+            continue
+        dst = into / name / src.name
+        dst.mkdir(parents=True, exist_ok=True)
+        for part in ("failure.json", "stacks.txt", "journal.txt"):
+            if (src / part).exists():
+                shutil.copy(src / part, dst / part)
 
 
 def main() -> int:
@@ -182,8 +208,10 @@ def main() -> int:
     ap.add_argument("--debuggers", choices=("on", "off"), default="on")
     ap.add_argument("--faults", default=",".join(f.name for f in FAULTS))
     ap.add_argument("--out", help="also write the table here")
+    ap.add_argument("--keep-odd", metavar="DIR",
+                    help="copy the evidence of failures of an unexpected class here")
     args = ap.parse_args()
-    header()
+    head = header()
     chosen = [f for f in FAULTS if f.name in args.faults.split(",")]
     print(f"# debuggers {args.debuggers}: "
           + (", ".join(f"{g}={shutil.which(g)}" for g in _DEBUGGERS if shutil.which(g))
@@ -196,20 +224,25 @@ def main() -> int:
         lib = build_fault_lib(Path(tmp))
         for fault in chosen:
             for pattern in fault.patterns:
-                row = judge(fault, pattern, cell(fault, pattern, args, lib, Path(tmp)),
-                            args.debuggers)
+                got = cell(fault, pattern, args, lib, Path(tmp))
+                row = judge(fault, pattern, got, args.debuggers)
+                if args.keep_odd and row[-1] == "MISMATCH":
+                    keep_odd(got, fault.expected(pattern), Path(args.keep_odd),
+                             f"{fault.name}-{pattern}")
                 rows.append(row)
                 print("  ".join(row), flush=True)
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     table = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
     table += ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)) for r in rows]
-    bad = sum(r[-1] != "OK" for r in rows)
-    table.append(f"# {len(rows)} cells, {len(rows) - bad} OK, {bad} not; target "
+    bad = sum(r[-1] not in ("OK", "NOT FIRED") for r in rows)
+    unfired = sum(r[-1] == "NOT FIRED" for r in rows)
+    table.append(f"# {len(rows)} cells, {len(rows) - bad - unfired} OK, {bad} not, {unfired} "
+                 f"where the fault never fired (nothing to judge); target "
                  f"{args.target}, {args.duration:g} s soaks, {args.workers} workers, "
                  f"teardown deadline {args.teardown_timeout:g} s")
     print("\n" + "\n".join(table))
     if args.out:
-        Path(args.out).write_text("\n".join(table) + "\n")
+        Path(args.out).write_text("\n".join([head, *table]) + "\n")
     return 0 if not bad else 1
 
 

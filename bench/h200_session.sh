@@ -11,6 +11,14 @@
 #   bench/h200_session.sh latency  # failure_latency with time for all its samples
 #   bench/h200_session.sh matrix-on|matrix-off  # the fault matrix, cuda-gdb on PATH or not
 #   bench/h200_session.sh exits    # exit paths on cuda (no fault), then the evidence budget
+#   bench/h200_session.sh truth    # issue 24/27 in two calls: starts three lanes in the
+#                                  # background (the fault matrix with cuda-gdb on PATH; the same
+#                                  # with no debugger; the exit paths with no fault, then the
+#                                  # signature stability bench), waits ~9 min
+#   bench/h200_session.sh matrices [-finish]  # issue 24 on the final code: the whole matrix,
+#                                  # debuggers on and off side by side, in two calls
+#   bench/h200_session.sh truth-finish  # waits for both lanes, then the evidence budget on the
+#                                  # otherwise idle machine; brings every output back
 #
 # Prepared here (no compiler, no registry there): the cp312 iree-base-runtime and py-spy wheels
 # in .cache/hgpu/wheels and `iree-stress compile --target cuda --export .cache/hgpu/cuda`.
@@ -22,6 +30,9 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 SOAK_S=${SOAK_S:-600}
 
 install() {
+  # the copy of the tree may not keep file modes: without this the outputs' headers would say
+  #   "+ uncommitted changes" for an unchanged tree
+  git config core.fileMode false 2>/dev/null
   [ -d /tmp/site/iree ] || python3 -m pip install -q --no-index --no-deps --no-compile \
     --no-cache-dir --upgrade --target /tmp/site .cache/hgpu/wheels/*.whl || exit 1
 }
@@ -136,8 +147,119 @@ exits)
     --duration 20 --workers 4 > "$OUT/evidence_budget-cuda-h200.txt" 2>&1
   cat "$OUT/exit_paths-cuda-h200-report.txt" "$OUT/evidence_budget-cuda-h200.txt" | tail -60
   ;;
+truth)
+  install
+  nvidia-smi -L
+  which gdb cuda-gdb rocgdb py-spy 2>&1 | head
+  T=/tmp/truth; rm -rf "$T"; mkdir -p "$T"
+  export PATH=/tmp/site/bin:$PATH  # the carried py-spy
+  for mode in on off; do  # lanes A and C: the two matrices side by side
+    setsid bash -c "
+      timeout 900 python3 bench/gpu_fault_matrix.py --target cuda --artifacts $ART \
+        --duration ${MATRIX_S:-12} --workers 4 --teardown-timeout 5 --debuggers $mode \
+        --out $T/fault_matrix-cuda-h200-$mode.txt > $T/fault_matrix-cuda-h200-$mode.log 2>&1
+      echo \"matrix $mode exit \$?\" >> $T/lanes.log; touch $T/lane-$mode.done
+    " < /dev/null > /dev/null 2>&1 &
+  done
+  setsid bash -c "
+    timeout 200 python3 -m stress soak --target cuda --artifacts $ART --patterns exit \
+      --duration 90s --workers 4 --json -q --results $T/exits > $T/exit_paths-cuda-h200.json \
+      2> $T/exit_paths-cuda-h200.log
+    echo \"exits exit \$?\" >> $T/lanes.log
+    timeout 60 python3 -m stress report $T/exits > $T/exit_paths-cuda-h200-report.txt 2>&1
+    # issue 26 on one GPU: --gpus all, and two URIs of the one GPU (bookkeeping only: the
+    #   same GPU twice is not two GPUs), each failure naming its device
+    timeout 90 python3 -m stress soak --target cuda --artifacts $ART --gpus all \
+      --patterns shared,per-call --duration 15s --workers 2 --threads 1 --json -q \
+      --results $T/gpus-all > $T/gpus-all.json 2> $T/gpus-all.log
+    timeout 90 python3 -m stress soak --target cuda --artifacts $ART \
+      --device cuda://0,cuda://0 --patterns shared --duration 15s --workers 2 --threads 1 \
+      --inject raise@invoke:0.02 --json -q --results $T/two-uris > $T/two-uris.json \
+      2> $T/two-uris.log
+    (timeout 60 python3 -m stress report $T/gpus-all; timeout 60 python3 -m stress report \
+      $T/two-uris; python3 -c 'import sqlite3,sys; [print(p, sqlite3.connect(p + \"/stress.db\")
+      .execute(\"SELECT worker, device FROM workers\").fetchall()) for p in sys.argv[1:]]' \
+      $T/gpus-all $T/two-uris) > $T/gpus-cuda-h200.txt 2>&1
+    echo \"gpus exit \$?\" >> $T/lanes.log
+    timeout 500 python3 bench/signature_stability.py --target cuda --artifacts $ART --runs 10 \
+      --duration 15 --parallel 4 > $T/signature_stability-cuda-h200.txt 2>&1
+    echo \"stability exit \$?\" >> $T/lanes.log
+    touch $T/lane-b.done" < /dev/null > /dev/null 2>&1 &
+  for _ in $(seq 1 "${TRUTH_WAIT_S:-540}"); do
+    [ -f $T/lane-on.done ] && [ -f $T/lane-off.done ] && [ -f $T/lane-b.done ] && break; sleep 1
+  done
+  cat $T/lanes.log 2>/dev/null; tail -3 $T/*.log
+  cp $T/exit_paths-cuda-h200-report.txt $T/signature_stability-cuda-h200.txt "$OUT/" 2>/dev/null
+  ;;
+truth-finish)
+  install
+  T=/tmp/truth
+  export PATH=/tmp/site/bin:$PATH
+  for _ in $(seq 1 "${FINISH_WAIT_S:-300}"); do
+    [ -f $T/lane-on.done ] && [ -f $T/lane-off.done ] && [ -f $T/lane-b.done ] && break; sleep 1
+  done
+  cat $T/lanes.log
+  timeout "${BUDGET_TIMEOUT_S:-330}" python3 bench/evidence_budget.py --target cuda \
+    --artifacts "$ART" --rounds 3 --duration 20 --workers 4 \
+    > "$T/evidence_budget-cuda-h200.txt" 2>&1
+  echo "evidence budget exit $?"
+  cat "$T/evidence_budget-cuda-h200.txt"
+  cp $T/fault_matrix-cuda-h200-on.txt $T/fault_matrix-cuda-h200-off.txt \
+     $T/signature_stability-cuda-h200.txt $T/evidence_budget-cuda-h200.txt \
+     $T/exit_paths-cuda-h200-report.txt $T/gpus-cuda-h200.txt "$OUT/" 2>/dev/null
+  tar czf "$OUT/truth-logs.tgz" -C /tmp truth/lanes.log truth/exit_paths-cuda-h200.json \
+    truth/exit_paths-cuda-h200.log truth/fault_matrix-cuda-h200-on.log \
+    truth/fault_matrix-cuda-h200-off.log truth/gpus-all.json truth/two-uris.json 2>/dev/null
+  ls -la "$OUT"
+  ;;
+joins)
+  # the join-stall cells again (the GIL-waiter rule of the watchdog), cuda-gdb on PATH and off
+  #   side by side; the evidence of any failure of an unexpected class comes back too
+  install
+  nvidia-smi -L
+  export PATH=/tmp/site/bin:$PATH
+  for mode in on off; do
+    timeout 400 python3 bench/gpu_fault_matrix.py --target cuda --artifacts "$ART" \
+      --duration "${MATRIX_S:-12}" --workers 4 --teardown-timeout 5 --debuggers $mode \
+      --faults join-spin,join-block --keep-odd /tmp/odd-$mode \
+      > "$OUT/fault_matrix-cuda-joins-$mode.txt" 2>&1 &
+  done
+  wait
+  tail -9 "$OUT"/fault_matrix-cuda-joins-*.txt
+  tar czf "$OUT/odd.tgz" -C /tmp odd-on odd-off 2>/dev/null
+  ;;
+matrices)
+  # issue 24 on the final code: the whole matrix, cuda-gdb on PATH and no debugger, side by
+  #   side in the background (they outlive the call); `matrices-finish` brings them back
+  install
+  nvidia-smi -L
+  export PATH=/tmp/site/bin:$PATH
+  T=/tmp/matrices; rm -rf "$T"; mkdir -p "$T"
+  for mode in on off; do
+    setsid bash -c "
+      timeout 900 python3 bench/gpu_fault_matrix.py --target cuda --artifacts $ART \
+        --duration ${MATRIX_S:-12} --workers 4 --teardown-timeout 5 --debuggers $mode \
+        --keep-odd $T/odd-$mode --out $T/fault_matrix-cuda-$mode.txt \
+        > $T/fault_matrix-cuda-$mode.log 2>&1
+      echo \"matrix $mode exit \$?\" >> $T/lanes.log; touch $T/lane-$mode.done
+    " < /dev/null > /dev/null 2>&1 &
+  done
+  sleep "${MATRICES_WAIT_S:-560}"
+  cat $T/lanes.log 2>/dev/null; tail -4 $T/*.log
+  ;;
+matrices-finish)
+  T=/tmp/matrices
+  for _ in $(seq 1 "${FINISH_WAIT_S:-500}"); do
+    [ -f $T/lane-on.done ] && [ -f $T/lane-off.done ] && break; sleep 1
+  done
+  cat $T/lanes.log
+  cp $T/fault_matrix-cuda-on.txt $T/fault_matrix-cuda-off.txt $T/fault_matrix-cuda-on.log \
+     $T/fault_matrix-cuda-off.log "$OUT/" 2>/dev/null
+  tar czf "$OUT/odd.tgz" -C $T odd-on odd-off 2>/dev/null
+  ls -la "$OUT"
+  ;;
 *)
-  echo "usage: $0 start|finish|more|ratios|overhead|latency|matrix-on|matrix-off|exits" >&2
+  echo "usage: $0 start|finish|more|ratios|overhead|latency|matrix-on|matrix-off|exits|truth|truth-finish|joins|matrices|matrices-finish" >&2
   exit 2
   ;;
 esac

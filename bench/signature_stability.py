@@ -10,8 +10,11 @@ signatures per run and the share of runs whose ids all match the most common one
 
 Goal: 1 signature per mode in N of N runs, every run's id the same.
 
-    python bench/signature_stability.py [--runs 10] [--duration 30]
+    python bench/signature_stability.py [--runs 10] [--duration 30] [--parallel 1]
                                         [--target cuda --artifacts DIR]
+
+`--parallel N` runs N soaks at once (a GPU machine with many cores; each soak has its own
+seed and folder, so the answer per run does not depend on it).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +66,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--parallel", type=int, default=1, help="soaks at once")
     args = ap.parse_args()
     header()
     ok = True
@@ -69,8 +74,10 @@ def main() -> int:
         lib = build_fault_lib(Path(tmp))
         for mode in args.modes.split(","):
             per_run: list[list[dict[str, Any]]] = []
-            for seed in range(1, args.runs + 1):
-                sigs = one(mode, seed, args, lib, Path(tmp))
+            with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+                futures = [pool.submit(one, mode, seed, args, lib, Path(tmp))
+                           for seed in range(1, args.runs + 1)]
+            for seed, sigs in enumerate((f.result() for f in futures), start=1):
                 per_run.append(sigs)
                 desc = "; ".join(f"{g['id']} x{g['count']} {' < '.join(g['frames'][:3])}"
                                  + (f" (merged {sum(g['merged'].values())})"
@@ -87,7 +94,7 @@ def main() -> int:
                   f"{same} of {len(per_run)}", flush=True)
             ok &= same == len(per_run)
     print(f"# goal: 1 signature per mode in every run, the same id: {'met' if ok else 'missed'}"
-          f"; target {args.target}, {args.duration:g} s soaks")
+          f"; target {args.target}, {args.duration:g} s soaks, {args.parallel} at once")
     return 0 if ok else 1
 
 

@@ -245,7 +245,38 @@ def soak_options_from(kw: dict[str, Any], duration_s: float | None, progress: bo
         artifacts=kw["artifacts"], cache_dir=Path(kw["cache_dir"]),
         compile_jobs=kw["compile_jobs"], progress=progress, argv=argv,
         max_jobs_per_worker=kw.get("max_jobs_per_worker"), resume=bool(kw.get("resume")),
-        given=given, evidence_budget=kw.get("evidence_budget", 5))
+        given=given, evidence_budget=kw.get("evidence_budget", 5),
+        from_env=env_given_argv(ctx, shard))
+
+
+# where artifacts are kept, not what is tested: a rerun elsewhere uses its own cache
+_NOT_RECORDED: frozenset[str] = frozenset({"cache_dir"})
+
+
+def env_given_argv(ctx: click.Context | None, shard: Any) -> list[str]:
+    """The options this command took from the environment (IREE_STRESS_SEED, a CI system's
+    shard variables, ...) as command-line tokens, for the command that reproduces the run: a
+    rerun on another machine has none of that environment (the Slurm example's rerun line
+    had neither its seed nor its shard)."""
+    from stress.verdicts.shards import ShardSource
+
+    out: list[str] = []
+    if shard.count > 1 and shard.source is not ShardSource.OPTION:
+        out += ["--shard", f"{shard.index + 1}/{shard.count}"]
+    if ctx is None:  # called outside a command (tests, bench scripts)
+        return out
+    for p in ctx.command.params:
+        if not isinstance(p, click.Option) or p.name is None or p.name in _NOT_RECORDED or \
+                ctx.get_parameter_source(p.name) is not ParameterSource.ENVIRONMENT:
+            continue
+        name = next((o for o in p.opts if o.startswith("--")), p.opts[0])
+        if p.is_flag:
+            out += [name] if ctx.params.get(p.name) else []
+            continue
+        raw = p.value_from_envvar(ctx)  # as the user wrote it (15s, not 15.0)
+        for value in raw if isinstance(raw, (list, tuple)) else [raw]:
+            out += [name, str(value)]
+    return out
 
 
 _ENGINE_CHOICES: list[str] = [e.value for e in (Engine.PYTHON, Engine.EXEC, Engine.NATIVE)]

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 _TTY_PERIOD_S: float = 0.5  # a redrawn line: twice a second reads as live without flicker
@@ -102,6 +104,33 @@ class Status:
             self.stream.write(text + "\n")
         self.pending = ""
         self.stream.flush()
+
+    @contextmanager
+    def ticking(self, text: str) -> Iterator[None]:
+        """`text, N s` while the block runs, redrawn every period from a thread: a step that
+        waits on something else (a driver probe in another interpreter) says it is alive
+        instead of a still line. The block must not draw on this Status meanwhile."""
+        if not self.enabled:
+            yield
+            return
+        started = self.clock()
+        stop = threading.Event()
+
+        def line() -> str:
+            return f"{text}, {duration_text(self.clock() - started)}"
+
+        def tick() -> None:
+            while not stop.wait(min(self.period, _TTY_PERIOD_S)):
+                self.update(line())
+
+        self.update(line(), force=True)  # a new phase: said at once, in a CI log too
+        ticker = threading.Thread(target=tick, name="status-ticker", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
 
     def say(self, text: str) -> None:
         """A line that stays (a failure, a phase's end), above the live line."""

@@ -27,17 +27,20 @@ class CliResult:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
-            cwd: Path | None = None, prefix: tuple[str, ...] = ()) -> CliResult:
+            cwd: Path | None = None, prefix: tuple[str, ...] = (),
+            stderr_shown: bool = False) -> CliResult:
     """`python -m stress ARGS` as a user runs it (`prefix`: a wrapper that execs it, such as
-    `sh -c 'ulimit -c 0 && exec "$@"' sh`)."""
+    `sh -c 'ulimit -c 0 && exec "$@"' sh`). `stderr_shown`: its stderr (progress) goes where
+    this process's goes instead of being captured (`stderr` is then empty)."""
     # this checkout's `stress` first: from another cwd, `-m stress` would import the package
     #   the venv has installed (the main checkout's, in a worktree)
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     full_env = {**os.environ, "IREE_STRESS_CACHE": str(TEST_CACHE), "PYTHONPATH": path,
                 **(env or {})}
-    proc = subprocess.run([*prefix, sys.executable, "-m", "stress", *args], capture_output=True,
+    proc = subprocess.run([*prefix, sys.executable, "-m", "stress", *args],
+                          stdout=subprocess.PIPE, stderr=None if stderr_shown else subprocess.PIPE,
                           text=True, timeout=timeout, env=full_env, cwd=cwd or REPO)
-    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+    return CliResult(proc.returncode, proc.stdout, proc.stderr or "")
 
 
 @pytest.fixture(scope="session")

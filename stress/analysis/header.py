@@ -156,6 +156,13 @@ def rows(manifests: Sequence[dict[str, Any]], commands: Sequence[str] = ()
     return out
 
 
+def of_runs(runs: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The header of the runs a store holds (rundata's run rows: manifest, config, command):
+    what a report and a gate on those folders begin with."""
+    return rows([{**(r.get("manifest") or {}), "config": r.get("config") or {}} for r in runs],
+                [str(r.get("command") or "") for r in runs])
+
+
 def as_dict(header: Sequence[tuple[str, str]]) -> dict[str, str]:
     return dict(header)
 

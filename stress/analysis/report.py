@@ -159,8 +159,7 @@ class Report:
     @property
     def header(self) -> list[tuple[str, str]]:
         """What was tested (header.py), from the runs' own manifests."""
-        return header.rows([{**r["manifest"], "config": r["config"]} for r in self.data.runs],
-                           [str(r.get("command") or "") for r in self.data.runs])
+        return header.of_runs(self.data.runs)
 
     def untested_correlations(self) -> list[correlation.SignatureCorrelation]:
         """Signatures whose other threads could not be compared (said once, not per row)."""

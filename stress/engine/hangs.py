@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from stress.engine import corekill, evidence, postmortem, procstate, telemetry, watchdog
+from stress.engine import corekill, evidence, gilwait, postmortem, procstate, telemetry, watchdog
 from stress.engine.attribution import attribute
 from stress.engine.capture import Ending, job_of, job_text, rerun_jobs
 from stress.engine.journal import Step
@@ -56,10 +56,15 @@ class Deadlines:
             if h.judge is not None:  # a process without our journal: its runner's deadlines
                 found = h.judge.watch(now_ns)
             else:
+                reader = h.journal()
+                gil = gilwait.GilCheck(h.pid, reader.native_tid) if reader else None
                 found = watchdog.scan(
-                    h.journal(), now_ns, self.limits, started_ns=int(h.started * 1e9),
+                    reader, now_ns, self.limits, started_ns=int(h.started * 1e9),
                     bye_ns=int(h.bye_at * 1e9) if h.bye_at is not None else None,
-                    stop_ns=int(h.stop_sent_at * 1e9) if h.stop_sent_at is not None else None)
+                    stop_ns=int(h.stop_sent_at * 1e9) if h.stop_sent_at is not None else None,
+                    gil_waiter=gil)
+                if found is not None and gil is not None:
+                    found = watchdog.with_reads(found, gil.reads)
             if found is not None and not procstate.exiting(h.pid):  # one dying (writing its
                 #   core as the deadline passed) is a crash: on_exit records it
                 stuck.append((h, found))
@@ -246,8 +251,12 @@ def _finish_stuck(rec: Recorder, boss: Supervisor, stuck: list[tuple[WorkerHandl
         folder = rec.new_folder(cls, h.name)
         deadline = rec.cfg.teardown_timeout_s if st.teardown else rec.cfg.timeout_s
         where = "starting up" if st.label == STARTUP_STEP else f"stuck in {attr.last_step}"
-        message = (f"worker {h.name} {where} for more than {deadline:g} s while running "
-                   f"{job_text(job)}")
+        if st.age_s < deadline:  # blamed with another thread past its deadline first
+            where += (f" for {st.age_s:.1f} s (another thread, stuck behind it, passed the "
+                      f"{deadline:g} s deadline first)")
+        else:
+            where += f" for more than {deadline:g} s"
+        message = f"worker {h.name} {where} while running {job_text(job)}"
         if len(stuck) > 1:
             message += f" ({len(stuck)} workers stuck at once)"
         timing = {"stacks_s": hang.seconds, "kill_s": t_killed - t_stacks,
@@ -255,6 +264,8 @@ def _finish_stuck(rec: Recorder, boss: Supervisor, stuck: list[tuple[WorkerHandl
                   "declared_after_step_begin_s": st.age_s, "workers_stuck": len(stuck),
                   "scan_gap_s": scan_gap_s, "core_s": taken.core_s if taken.cored else None}
         facts: dict[str, Any] = hang.processes[h.pid].summary(attr.native_tid or _main_tid(h))
+        if st.late:  # several threads late: which ones, and what the blame was decided from
+            facts["late_threads"] = [t.as_dict() for t in st.late]
         if h.pid in taken.ended:
             facts["after_verdict"] = corekill.after_verdict(rc, stacks)
             message += f"; it {facts['after_verdict']}"

@@ -301,6 +301,11 @@ class JournalReader:
             out.append((slot, int(r["ts"]), int(r["step"]), int(r["phase"]), int(r["job"])))
         return out
 
+    def native_tid(self, slot: int) -> int:
+        """The OS thread id of the thread now on `slot` (0: none yet)."""
+        native, _ = _SLOT_HEADER.unpack_from(self._mm, _slot_offset(slot, self.ring_len))
+        return int(native)
+
     def slot(self, slot: int, last: int | None = None) -> SlotView:
         """One thread's records, oldest first; only the newest `last` when given (cheap: the
         parent samples healthy windows several times a second)."""

@@ -82,10 +82,13 @@ class WorkerContext:
                     self._modules[key] = mod
             return mod
 
-    def shared_device(self, writer: SlotWriter) -> Device:
+    def shared_device(self, writer: SlotWriter, result: JobResult) -> Device:
+        """The process's one shared device, created by (and counted in) the first job that
+        asks for it."""
         with self._lock:
             if self._shared is None:
                 self._shared = Device(self.driver, self.uri, writer)
+                result.devices_created += 1
             return self._shared
 
     def call(self, lp: LoadedProgram, inputs: list[HostArray], writer: SlotWriter, dev: Device,
@@ -167,7 +170,7 @@ class Shared:
     summary = "one device per process, used by all threads (each thread has its own context)"
 
     def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
-        _invoke_loaded(w, t, work, w.shared_device(t.writer), t.shared_loaded)
+        _invoke_loaded(w, t, work, w.shared_device(t.writer, work.result), t.shared_loaded)
 
 
 class PerThread:

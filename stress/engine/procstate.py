@@ -113,7 +113,8 @@ class ThreadSample:
                 "kernel_stack": self.kernel_stack}
 
 
-def _read(path: Path) -> str | None:
+def read_proc(path: Path) -> str | None:
+    """A /proc file's text; None when it is gone or not readable."""
     try:
         return path.read_text(errors="replace")
     except OSError:  # gone, or not permitted (stack without CAP_SYS_ADMIN)
@@ -133,7 +134,7 @@ def read_thread(pid: int, tid: int, *, details: bool = True) -> ThreadState | No
     """One thread of `pid`, or None if it is gone. `details=False` skips wchan and the kernel
     stack (cheaper, for the first of two samples)."""
     base = Path(f"/proc/{pid}/task/{tid}")
-    stat = _read(base / "stat")
+    stat = read_proc(base / "stat")
     if stat is None:
         return None
     try:
@@ -141,7 +142,7 @@ def read_thread(pid: int, tid: int, *, details: bool = True) -> ThreadState | No
     except (ValueError, IndexError):
         return None
     cpu_ns = None
-    sched = _read(base / "schedstat")
+    sched = read_proc(base / "schedstat")
     if sched:
         try:
             cpu_ns = int(sched.split()[0])
@@ -149,8 +150,8 @@ def read_thread(pid: int, tid: int, *, details: bool = True) -> ThreadState | No
             cpu_ns = None
     wchan = stack = None
     if details:
-        wchan = _read(base / "wchan")
-        stack = _read(base / "stack")
+        wchan = read_proc(base / "wchan")
+        stack = read_proc(base / "stack")
         stack = stack.strip() if stack and stack.strip() else None
     return ThreadState(tid, comm, state, ticks, cpu_ns, wchan, stack)
 
@@ -177,7 +178,7 @@ def caught_signals(pid: int) -> set[int] | None:
     """Signals process `pid` has a handler for (its status's SigCgt), None when it is gone or
     unreadable. A Python worker with faulthandler registered catches SIGUSR1; past interpreter
     finalization it no longer does, and SIGUSR1's default action would kill it."""
-    text = _read(Path(f"/proc/{pid}/status"))
+    text = read_proc(Path(f"/proc/{pid}/status"))
     if text is None:
         return None
     for line in text.splitlines():
@@ -197,7 +198,7 @@ def is_dead(pid: int) -> bool:
     reaped, so its pid is not reused meanwhile), writing its core (`CoreDumping: 1`), or with
     a fatal signal pending that it has no handler for (a tool's `kill` has queued it, the
     process has not run yet). Reads /proc only."""
-    text = _read(Path(f"/proc/{pid}/status"))
+    text = read_proc(Path(f"/proc/{pid}/status"))
     if text is None:
         return True
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
@@ -222,7 +223,7 @@ _PF_EXITING = 0x4  # include/linux/sched.h
 
 
 def _exit_under_way(pid: int) -> bool:
-    text = _read(Path(f"/proc/{pid}/stat"))
+    text = read_proc(Path(f"/proc/{pid}/stat"))
     if text is None:
         return True
     fields = text[text.rindex(")") + 2:].split()
@@ -235,7 +236,7 @@ def _exit_under_way(pid: int) -> bool:
 def exiting(pid: int) -> bool:
     """True when `pid` is gone, a zombie, or writing its core: its death is under way and
     its exit status will say what it was (stricter than is_dead: no pending signal counts)."""
-    text = _read(Path(f"/proc/{pid}/status"))
+    text = read_proc(Path(f"/proc/{pid}/status"))
     if text is None:
         return True
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
@@ -246,7 +247,7 @@ def exiting(pid: int) -> bool:
 def maps_library(pid: int, needles: Sequence[str]) -> str | None:
     """The first mapped file of `pid` whose path contains one of `needles` (e.g. the CUDA
     driver, `libcuda.so`), None when none (or unreadable)."""
-    text = _read(Path(f"/proc/{pid}/maps"))
+    text = read_proc(Path(f"/proc/{pid}/maps"))
     if text is None:
         return None
     for line in text.splitlines():

@@ -321,8 +321,10 @@ class Session:
                 exited.append((h, rc))
         # only tool processes (h.judge): the early top-up counts them out once exited, so the
         #   worker count below can tell whether on_exit ended anything else
+        #   An exec job that failed is handled first: its group's cores (a test's `core` in
+        #   its build folder) are moved before a successor's test can crash over them
         topped_up = bool(exited) and Engine.of(self.cfg.engine) is not Engine.PYTHON and \
-            all(h.judge is not None for h, _ in exited)
+            all(h.judge is not None and (h.judge.group is None or rc == 0) for h, rc in exited)
         queued: tuple[int, int, int] | None = None
         if topped_up:
             # tool processes: replacements start before the exits are handled (output checks,

@@ -62,8 +62,9 @@ def find_compiler(explicit: str | None = None) -> str:
         return str(beside)
     found = shutil.which("iree-compile")
     if not found:
-        raise UsageError("iree-compile not found: pip install iree-base-compiler, "
-                         "or pass --compiler PATH")
+        raise UsageError("iree-compile not found (beside this Python or on PATH): pip install "
+                         "iree-base-compiler, or compile on another machine with `iree-stress "
+                         "compile --export DIR` and pass --artifacts DIR")
     return found
 
 

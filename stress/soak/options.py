@@ -49,6 +49,7 @@ class SoakOptions:
     given: frozenset[str] = frozenset()  # the options the user gave (click parameter names)
     repro_class: str = ""  # `iree-stress repro`: the class of the failure rerun
     repro_runs: int = 0  # `iree-stress repro`: how many runs were asked for
+    from_env: list[str] = field(default_factory=list)  # options the environment gave, as argv
 
     def plan_parts(self) -> dict[str, Any]:
         """The options that define what a soak runs (not where, nor under which runtime

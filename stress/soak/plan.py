@@ -207,10 +207,16 @@ def exec_target(name: str | None) -> targets.Target:
 def command_line(opts: SoakOptions, seed: int) -> str:
     """The command line that reproduces the run (its seed said even when it was drawn, or
     taken from a resumed plan)."""
+    if opts.repro_class and opts.results is not None:  # `iree-stress repro`: its job alone,
+        #   its input seed forced; the command that reruns that is repro's own, not a soak
+        return shlex.join(["iree-stress", "repro", str(opts.results.parent.resolve()),
+                           "--times", str(opts.repro_runs)])
     argv = recorded_command(opts.argv)
+    extra = list(opts.from_env)  # a rerun elsewhere has none of this environment
     if opts.seed is None or (opts.resume and "seed" not in opts.given):
-        argv += ["--seed", str(seed)]
-    return shlex.join(argv)
+        extra += ["--seed", str(seed)]
+    cut = argv.index("--") if "--" in argv else len(argv)  # ours, not the exec command's
+    return shlex.join([*argv[:cut], *extra, *argv[cut:]])
 
 
 def recorded_command(args: list[str]) -> list[str]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stress.analysis import header
 from stress.errors import UsageError
 from stress.fs import default_cache_dir
 from stress.soak.options import SoakOptions
@@ -38,10 +39,12 @@ class ReproResult:
     run_dir: Path
     original: dict[str, Any] | None = None  # the original signature's rate, when known
     replays: list[int] = field(default_factory=list)  # iree-run-replay exit codes
+    header: list[tuple[str, str]] = field(default_factory=list)  # what the reruns tested
 
     def describe(self) -> str:
         rate = self.failed / self.runs if self.runs else 0.0
-        lines = [f"{self.folder.name}: {self.cls} again in {self.failed}/{self.runs} runs: "
+        head = [header.text(self.header), ""] if self.header else []
+        lines = [*head, f"{self.folder.name}: {self.cls} again in {self.failed}/{self.runs} runs: "
                  f"rate {rate:.0%} (95% interval {self.low:.0%}-{self.high:.0%}) -> "
                  f"{self.run_dir}"]
         if self.original and self.original.get("ci_low") is not None:
@@ -154,11 +157,13 @@ def repro(folder: Path, times: int, replay_device: str | None = None, *,
     opts = repro_options(folder, times, cfg, job, meta["class"], progress)
     out = opts.results
     assert out is not None
-    run_soak(opts)
+    summary = run_soak(opts)
     jobs, failing = readers.job_outcomes(out, meta["class"])
     low, high = wilson(len(failing), len(jobs))
     result = ReproResult(folder, meta["class"], len(jobs), len(failing), low, high, out,
-                         original_signature(root, folder))
+                         original_signature(root, folder),
+                         header=header.rows([summary.get("manifest") or {}],
+                                            [str(summary.get("command") or "")]))
     if with_replay:
         result.replays = run_replays(folder, replay_device or cfg.get("device_uri") or
                                      "local-task", times, cfg.get("python"))

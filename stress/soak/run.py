@@ -157,9 +157,9 @@ def _plan_compiled(opts: SoakOptions, status: Status, previous: list[dict[str, A
     plans.check_duration(opts)
     python = opts.python or sys.executable
     env = {**os.environ, **opts.env}
-    status.update("soak: checking the driver (a worker interpreter imports the runtime)",
-                  force=True)  # (a new phase: said at once, in a CI log too)
-    target, driver, found = plans.resolve_target(opts, python, env)
+    with status.ticking("soak: checking the driver (a worker interpreter imports the "
+                        "runtime)"):  # seconds, more under load or with a GPU driver
+        target, driver, found = plans.resolve_target(opts, python, env)
     if previous:
         check_plan(opts.results, previous[-1]["config"], target.name, programs, patterns)
     return Plan(target, driver, opts.device or target.device_uri, patterns, programs,

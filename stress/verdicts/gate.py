@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stress.analysis import header, rundata, signatures
 from stress.analysis import known as known_mod
-from stress.analysis import rundata, signatures
 from stress.analysis.exposure import failing_exits, job_clusters, job_key
 from stress.analysis.sequential import BernoulliSprt, Decision
 from stress.analysis.signatures import Signature
@@ -244,6 +244,12 @@ class GateResult:
     job_patterns: dict[tuple[str, int], str] = field(default_factory=dict)
     exits: Rate | None = None  # process exits hit by a failure pinned on an exit, when any
 
+    @property
+    def header(self) -> list[tuple[str, str]]:
+        """What was tested (analysis/header.py): the same lines `report` prints on these
+        folders, first in every output of the gate (issue 28 item 4)."""
+        return header.of_runs(self.runs)
+
     def as_dict(self) -> dict[str, Any]:
         """The `--json` object (keys named by the issue, then details)."""
         return {"verdict": self.verdict.value, "reason": self.reason, "unit": self.rate.unit,
@@ -262,7 +268,7 @@ class GateResult:
                 "failing_exits": self.exits.as_dict() if self.exits else None,
                 "runs": [{k: r.get(k) for k in ("run_id", "status", "stop_reason", "dir")}
                          for r in self.runs],
-                "exit_code": self.verdict.exit_code}
+                "exit_code": self.verdict.exit_code, "header": header.as_dict(self.header)}
 
 
 def _sig_dict(s: Signature) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
+from stress.analysis import header
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import fmt_rate
 from stress.verdicts.gate import SIGNATURES_SHOWN, GateResult, Verdict
@@ -34,7 +35,8 @@ def _exit_text(g: GateResult) -> str:
 
 def render_text(g: GateResult) -> str:
     exits = _exit_text(g)
-    lines = [f"GATE {g.verdict.value}: {g.reason}",
+    head = header.text(g.header)  # what was tested first, as soak and report say it
+    lines = [*([head, ""] if head else []), f"GATE {g.verdict.value}: {g.reason}",
              *([f"  failing exits {exits}"] if exits else []),
              f"  failing jobs  {_rate_text(g)}; bound {fmt_rate(g.spec.max_rate)}",
              f"  test          Wald SPRT p0 {fmt_rate(g.spec.p0)} vs p1 "
@@ -59,6 +61,7 @@ def render_markdown(g: GateResult) -> str:
     """The step summary: verdict, rate with interval, top signatures, where the evidence is."""
     exits = _exit_text(g)
     out = [f"## iree-stress gate: {_ICON[g.verdict]} {g.verdict.value}", "",
+           *([header.text(g.header, markdown=True), ""] if g.header else []),
            *([f"**Process exits failing: {_md_cell(exits)}**", ""] if exits else []),
            _md_cell(g.reason), "",
            "| | |", "|---|---|",
@@ -101,6 +104,10 @@ def render_junit(g: GateResult) -> str:
     root = ET.Element("testsuites", name="iree-stress")
     suite = ET.SubElement(root, "testsuite", name="iree-stress gate",
                           hostname=socket.gethostname())
+    props = ET.SubElement(suite, "properties")  # what was tested, as the report's JUnit
+    for name, value in [*g.header, ("jobs", f"{g.rate.units}"),
+                        ("invocations", f"{g.invocations}"), ("verdict", g.verdict.value)]:
+        ET.SubElement(props, "property", name=name, value=value)
     failures = errors = skipped = tests = 0
 
     def case(name: str, classname: str) -> ET.Element:

@@ -21,10 +21,15 @@ def counts(stdout: str) -> tuple[int, int, int]:
 
 
 @pytest.mark.parametrize("target", ["cpu", "rocm"])
-def test_whole_corpus_compiles_and_a_second_run_compiles_nothing(cache_dir: Path,
-                                                                 target: str) -> None:
-    first = run_cli("compile", "--target", target, "-j", "2")
-    assert first.rc == 0, first.stderr
+def test_whole_corpus_compiles_and_a_second_run_compiles_nothing(
+        cache_dir: Path, target: str, pytestconfig: pytest.Config) -> None:
+    # a cold compile of the corpus takes minutes: its progress line goes to the terminal, past
+    #   pytest's capture (the first `dev.py test` on a fresh clone was silent here for 106 s,
+    #   bench/results/quickstart_latency.txt at 9bdd964)
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        first = run_cli("compile", "--target", target, "-j", "2", stderr_shown=True)
+    assert first.rc == 0  # (what went wrong is on the terminal, above)
     compiled, cached, failed = counts(first.stdout)
     assert compiled + cached >= 60 and failed == 0
     second = run_cli("compile", "--target", target)

@@ -76,7 +76,8 @@ def exec_gate(run: Path, flaky: Path, crash_pct: int, *extra: str) -> tuple[int,
                   "--fatal", "none", "--budget", "120s", "-q", "--results", str(run), *extra,
                   "--", str(flaky), "{seed}", str(crash_pct), "0", timeout=300,
                   cwd=run.parent)  # the command's cwd, where its cores land
-    return res.rc, res.stdout + res.stderr[-2000:]
+    # the verdict line comes after the header that says what was tested
+    return res.rc, res.stdout.partition("\n\n")[2] + res.stderr[-2000:]
 
 
 def test_gate_passes_a_command_that_never_fails_and_fails_one_that_often_fails(

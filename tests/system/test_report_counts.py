@@ -252,3 +252,74 @@ def test_a_user_program_without_a_reference_is_said_to_be_checked_for_repeatabil
     props = {p.get("name"): p.get("value") for p in r.junit.iter("property")}
     assert "numerics: " + props["numerics"] == said
     check_same_numbers(r)
+
+
+def test_the_shared_device_of_each_worker_is_counted_as_created(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """A shared-pattern run said "0 devices created" over its pool's full teardowns (seen on
+    the lent H100: 4,550 invocations on 2 workers' shared devices)."""
+    run = tmp_path / "r"
+    res = run_cli("soak", "--target", "cpu", "--patterns", "shared", "--programs",
+                  "unary.*.f32.64x64", "--workers", "2", "--threads", "2", "--invocations",
+                  "600", "--seed", "4", "--json", "-q", "--results", str(run))
+    assert res.rc == 0, res.stderr[-2000:]
+    s = res.json()
+    assert s["worker_processes"] == 2 and s["devices_created"] == 2, s
+    text = run_cli("report", str(run)).stdout
+    assert "2 worker processes, 2 devices created" in text
+
+
+def test_a_gate_on_the_run_begins_every_output_with_the_reports_header(
+        python_run: Rendered, tmp_path: Path) -> None:
+    """The gate is what CI shows (its text in the log, the step summary, JUnit, --json): each
+    says what was tested, the same lines as `report` on the same folder (before: none)."""
+    junit, step = tmp_path / "gate.xml", tmp_path / "step-summary.md"
+    text = run_cli("gate", "--from", str(python_run.run), "--max-rate", "0.5", "--fatal",
+                   "none", "--junit", str(junit), env={"GITHUB_STEP_SUMMARY": str(step)})
+    as_json = run_cli("gate", "--from", str(python_run.run), "--max-rate", "0.5", "--fatal",
+                      "none", "--json")
+    assert text.rc in (0, 1, 3) and as_json.rc == text.rc, text.stderr[-2000:]
+    want = python_run.json["header"]
+    head, _, rest = text.stdout.partition("\n\n")
+    assert header_of(head) == want and len(head.splitlines()) == len(want), text.stdout
+    assert rest.startswith("GATE ")  # then the verdict, as the report's answer
+    assert as_json.json()["header"] == want
+    summary = step.read_text()
+    assert header_of(summary.split("```text\n", 1)[1].split("```")[0]) == want
+    assert summary.index("```text") < summary.index("| failing jobs |")
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert {k: props[k] for k in HEADER_LABELS} == want
+    assert _n(props["jobs"]) == python_run.summary["jobs"]
+
+
+def test_the_rerun_line_reproduces_a_run_whose_seed_and_shard_came_from_the_environment(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """CI sets the plan through the environment (IREE_STRESS_SEED, a Slurm array's or an
+    Indexed Job's shard variables); the rerun line is run on a machine that has none of it.
+    Before: the Slurm example's rerun line had neither its seed nor its shard, so it ran
+    another plan, whole."""
+    import shlex
+    import sqlite3
+
+    def plan(run: Path) -> list[tuple[object, ...]]:
+        con = sqlite3.connect(run / "stress.db")
+        try:
+            return sorted(con.execute("SELECT job_index, program, pattern, seed FROM jobs"))
+        finally:
+            con.close()
+
+    ci = {"IREE_STRESS_SEED": "4242", "IREE_STRESS_SHARD": "2/3",
+          "IREE_STRESS_TARGET": "cpu", "IREE_STRESS_WORKERS": "1"}
+    first = run_cli("soak", "--programs", "unary.*.f32.64x64", "--patterns", "shared",
+                    "--threads", "1", "-n", "300", "-q", "--json", "--results",
+                    str(tmp_path / "ci"), env=ci)
+    assert first.rc == 0, first.stderr[-2000:]
+    rerun = header_of(run_cli("report", str(tmp_path / "ci")).stdout)["rerun"]
+    for said in ("--seed 4242", "--shard 2/3", "--target cpu", "--workers 1"):
+        assert said in rerun, rerun
+    argv = shlex.split(rerun)
+    assert argv[:2] == ["iree-stress", "soak"]
+    clean = {k: "" for k in ci}  # the rerun's machine: none of CI's variables
+    again = run_cli(*argv[1:], "--results", str(tmp_path / "again"), env=clean)
+    assert again.rc == 0, again.stderr[-2000:]
+    assert plan(tmp_path / "again") == plan(tmp_path / "ci") != []

@@ -41,4 +41,12 @@ def test_a_python_engine_failures_repro_sh_reruns_its_job_with_iree_stress_repro
     assert not (tmp_path / "results").exists() and not (folder / "results").exists()
     reruns = list(folder.glob("repro-*"))
     assert len(reruns) == 1 and (reruns[0] / "stress.db").is_file()
+    # what the reruns tested comes first, and its rerun line is this repro, not a soak
+    #   (before: no header, and the reruns' store said `rerun: iree-stress soak`)
+    head = rerun.stdout.split("\n\n", 1)[0].splitlines()
+    assert head[0].startswith("iree-stress: ") and head[1].startswith("runtime: "), head
+    again = f"rerun: iree-stress repro {folder.resolve()} --times 2"
+    assert head[-1] == again, head
+    report = run_cli("report", str(reruns[0]))
+    assert again in report.stdout.splitlines(), report.stdout[:2000]
     assert list((tmp_path / "xdg" / "iree-stress" / "vmfb").glob("*/*.vmfb"))  # soak's cache

@@ -242,12 +242,18 @@ def test_the_example_runs_end_to_end_on_a_cpu_partition_and_every_log_says_what_
         assert f"iree-stress task {task}: soak exit 0: no failures" in log, log
         assert "no failures" in log.split("running shard", 1)[1]  # the soak's own summary
         assert (run_dir / f"shard-{task}" / "summary.json").is_file()
+        # its rerun line has the seed and the shard the environment gave (issue 28 item 4)
+        rerun = next(ln for ln in log.splitlines() if ln.startswith("rerun: "))
+        assert f"--seed {_SEED}" in rerun and f"--shard {task}/{_TASKS}" in rerun, rerun
     assert slurm.exit_codes(array) == ["0:0"] * _TASKS
 
     junit = run_dir / "gate.xml"
     gate_log = (tmp_path / f"iree-stress-gate-{gate}.log").read_text()
     assert f"merging {_TASKS} shard folder(s) into {run_dir}/merged" in gate_log, gate_log
     assert f"shards {_TASKS}/{_TASKS}" in gate_log, gate_log  # merge's line and gate's data
+    # what was tested, before the verdict (the gate's header: issue 28 item 4)
+    assert re.search(r"^runtime: \d\S* .*\n(.*\n)*target: cpu:\S+\n(.*\n)*GATE ", gate_log,
+                     re.M), gate_log
     # two 15 s shards are a few hundred clean jobs at most: too few to PASS at 1% (1,191)
     assert f"INCONCLUSIVE (exit 3), JUnit {junit}" in gate_log, gate_log
     assert "the data ended before the test decided" in gate_log, gate_log  # not a missing shard

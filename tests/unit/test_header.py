@@ -56,6 +56,25 @@ def test_numerics_say_which_programs_are_checked_for_repeatability_only() -> Non
     assert header.numerics({"config": {"engine": "exec"}}).startswith("not checked")
 
 
+def test_a_drawn_seed_goes_before_an_exec_command_not_into_it() -> None:
+    """A seed the run drew is added to its rerun line among our options: after `--` it was an
+    argument of the user's command, and the rerun drew another seed."""
+    from pathlib import Path
+
+    from stress.soak.options import SoakOptions
+    from stress.soak.plan import command_line
+
+    opts = SoakOptions(target=None, device=None, workers=1, threads=1, patterns=[],
+                       programs=[], program_files=[], duration_s=None, invocations=4,
+                       seed=None, env={}, max_failures=None, results=None, timeout_s=1.0,
+                       teardown_timeout_s=1.0, max_worker_restarts=1, inject=[], python=None,
+                       shard=(0, 1), job_seed=None, cache_dir=Path("."), compile_jobs=1,
+                       progress=False, argv=["--engine", "exec", "--", "./t", "{seed}"],
+                       from_env=["--workers", "2"])
+    assert command_line(opts, 77).endswith(
+        "--engine exec --workers 2 --seed 77 -- ./t '{seed}'")
+
+
 def test_runs_that_differ_list_each_value_once() -> None:
     other = {**CUDA, "iree_runtime": "3.12.0"}
     h = dict(header.rows([CUDA, CUDA, other]))

@@ -38,7 +38,7 @@ def test_the_gate_step_summary_names_failing_exits_before_failing_jobs(tmp_path:
     md = gate_outputs.render_markdown(g)
     text = gate_outputs.render_text(g)
     assert md.index("Process exits failing: 8/20 process exits = 40%") < md.index("failing jobs")
-    first = text.splitlines()[0]
+    first = next(line for line in text.splitlines() if line.startswith("GATE "))
     assert first.startswith("GATE PASS: process exits failing 8/20 process exits = 40%")
     assert first.index("process exits failing") < first.index("failing jobs 0/20")
     assert g.as_dict()["failing_exits"]["failures"] == 8

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 import pytest
 
@@ -104,3 +106,53 @@ def test_renamed_options_are_the_ones_docs_soak_md_lists() -> None:
     for new, olds in RENAMED.items():
         for old in olds:
             assert f"`{old}`" in text and f"`{new}" in text, (old, new)
+
+
+def _all_option_names() -> set[str]:
+    names: set[str] = {"--help"}
+    for cmd in [cli, *commands()]:  # the group's own (--version) too
+        for opt in options(cmd):
+            names.update(opt.opts + opt.secondary_opts)
+    return names
+
+
+def test_every_option_a_usage_error_names_is_one_the_command_line_has() -> None:
+    """A hint to an option that does not exist is a second error (`iree-compile not found:
+    ... or pass --compiler PATH` named an option no command ever had). iree-compile's own
+    flags (--iree-*) are the compiler's."""
+    import ast
+    import re
+
+    from tests.conftest import REPO
+
+    raising = {"UsageError", "BadParameter", "ClickException"}
+    known = _all_option_names()
+    wrong = []
+    for path in sorted((REPO / "stress").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", getattr(node.func, "attr", None))
+            if name not in raising:
+                continue
+            text = " ".join(c.value for c in ast.walk(node)
+                            if isinstance(c, ast.Constant) and isinstance(c.value, str))
+            wrong += [f"{path.relative_to(REPO)}:{node.lineno} {o}" for o in
+                      re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text)
+                      if o not in known and not o.startswith("--iree-")]
+    assert wrong == []
+
+
+def test_no_compiler_here_says_what_to_do_with_options_that_exist(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stress.errors import UsageError
+    from stress.programs import compiler
+
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setattr("sys.executable", str(tmp_path / "bin" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    with pytest.raises(UsageError) as err:
+        compiler.find_compiler()
+    said = str(err.value)
+    assert "pip install iree-base-compiler" in said and "--artifacts DIR" in said
+    assert "--compiler" not in said

@@ -93,3 +93,25 @@ def test_an_error_takes_the_live_line_off_the_terminal_first() -> None:
     out.write("iree-stress: error: bad\n")
     assert out.getvalue().split("\r")[-1] == "iree-stress: error: bad\n"
     assert out.getvalue() == "\rsoak: starting\r" + " " * 14 + "\riree-stress: error: bad\n"
+
+
+def test_a_step_that_waits_on_another_process_says_its_seconds_while_it_runs() -> None:
+    """The driver check waits on another interpreter (seconds; more with a GPU driver or
+    under load): its line moves instead of standing still (issue 28 item 2)."""
+    import threading
+
+    from tests.helpers.waits import wait_until
+
+    out, clock = FakeTerminal(), Clock()
+    status = ui.Status(True, out, clock)
+    with status.ticking("checking the driver"):
+        assert out.getvalue() == "\rchecking the driver, 0 s"  # at once
+        clock.t += 3
+        assert wait_until(lambda: "\rchecking the driver, 3 s" in out.getvalue(), 10)
+        clock.t += 60
+        assert wait_until(lambda: "\rchecking the driver, 1 min 3 s" in out.getvalue(), 10)
+    assert not [t for t in threading.enumerate() if t.name == "status-ticker"]  # stopped
+    quiet = FakeTerminal()
+    with ui.Status(False, quiet, clock).ticking("checking the driver"):
+        pass
+    assert quiet.getvalue() == ""

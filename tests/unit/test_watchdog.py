@@ -3,6 +3,7 @@ clock against real journal files."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,12 @@ def journal(tmp_path: Path) -> tuple[JournalWriter, JournalReader]:
     return w, JournalReader(tmp_path / "j.bin")
 
 
-def scan(reader: JournalReader | None, now_ns: int, **kw: int | None) -> watchdog.Stuck | None:
+def scan(reader: JournalReader | None, now_ns: int,
+         gil_waiter: Callable[[int], bool] | None = None,
+         **kw: int | None) -> watchdog.Stuck | None:
     args: dict[str, int | None] = {"started_ns": 0, "bye_ns": None, "stop_ns": None, **kw}
     return watchdog.scan(reader, now_ns, LIMITS, started_ns=int(args["started_ns"] or 0),
-                         bye_ns=args["bye_ns"], stop_ns=args["stop_ns"])
+                         bye_ns=args["bye_ns"], stop_ns=args["stop_ns"], gil_waiter=gil_waiter)
 
 
 def newest_ts(reader: JournalReader) -> int:
@@ -129,6 +132,71 @@ def test_of_several_late_threads_the_step_begun_last_is_blamed(
     culprit.begin(Step.DEVICE_RELEASE)  # t = 1002 s
     stuck = scan(r, 1040 * S)
     assert stuck is not None and stuck.slot == culprit.slot and stuck.teardown
+
+
+def test_a_late_thread_waiting_for_the_gil_is_a_victim_even_when_its_step_began_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The H100 fault matrix's per-call join-block cell: a release began, the GIL went to
+    another thread that began a readback and waited on its fence, then the release stalled
+    holding the GIL. Both are late and the readback began last, but its thread waits for the
+    GIL: the release is to blame (a teardown hang), not the readback."""
+    clock = [1000 * S]
+    monkeypatch.setattr(journal_mod, "_now", lambda: clock[0])
+    w, r = journal(tmp_path)
+    culprit, victim = w.acquire(), w.acquire()
+    culprit.begin(Step.DEVICE_RELEASE)  # t = 1000 s
+    clock[0] += S // 100
+    victim.begin(Step.READBACK)  # t = 1000.01 s
+    blind = scan(r, 1040 * S)
+    assert blind is not None and blind.slot == victim.slot  # the journal alone blames it
+    asked: list[int] = []
+
+    def gil_waiter(slot: int) -> bool:
+        asked.append(slot)
+        return slot == victim.slot
+
+    stuck = scan(r, 1040 * S, gil_waiter=gil_waiter)
+    assert stuck is not None and stuck.slot == culprit.slot and stuck.teardown
+    assert stuck.label == "device-release"
+    # the record says which threads were late and what decided the blame
+    assert sorted((t.slot, t.label, t.gil_waiter) for t in stuck.late) == sorted(
+        [(culprit.slot, "device-release", False), (victim.slot, "readback", True)])
+    reads = watchdog.with_reads(stuck, {victim.slot: ["futex wait, timed"] * 3})
+    assert {t.slot: t.reads for t in reads.late}[victim.slot] == ("futex wait, timed",) * 3
+    assert {t.slot: t.as_dict()["gil_waiter"] for t in reads.late}[culprit.slot] is False
+    # every late thread waiting for the GIL (none known to stall): the journal's rule stands
+    both = scan(r, 1040 * S, gil_waiter=lambda slot: True)
+    assert both is not None and both.slot == victim.slot
+    # one thread late, no other near its own deadline: no /proc read at all
+    asked.clear()
+    assert scan(r, int(1015.005 * S), gil_waiter=gil_waiter) is not None
+    assert asked == []
+
+
+def test_a_victim_past_its_deadline_first_does_not_take_the_blame_from_a_stall_begun_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The H100 fault matrix's per-call join-block cell again: an upload began, then another
+    thread began a release that stalled holding the GIL. The upload passes its deadline a
+    moment before the release does; the release, past half of its own, is the one to blame."""
+    clock = [1000 * S]
+    monkeypatch.setattr(journal_mod, "_now", lambda: clock[0])
+    w, r = journal(tmp_path)
+    victim, culprit = w.acquire(), w.acquire()
+    victim.begin(Step.UPLOAD)  # t = 1000 s, deadline 30 s
+    clock[0] += 2 * S
+    culprit.begin(Step.INVOKE)  # t = 1002 s, deadline 30 s
+    stuck = scan(r, int(1030.1 * S))
+    assert stuck is not None and stuck.slot == culprit.slot and stuck.label == "invoke"
+    assert stuck.age_s < LIMITS.timeout_s  # blamed before its own deadline
+    assert {t.slot for t in stuck.late} == {victim.slot, culprit.slot}
+    # nothing past its deadline: no verdict, however near
+    assert scan(r, int(1029.9 * S)) is None
+    # the culprit's step under half its deadline: the victim stands alone
+    clock[0] = 1016 * S
+    culprit.end(Step.INVOKE)
+    culprit.begin(Step.INVOKE)
+    alone = scan(r, int(1030.1 * S))
+    assert alone is not None and alone.slot == victim.slot and not alone.late
 
 
 def test_a_helper_slot_freed_after_a_failed_release_is_not_a_teardown_hang(
