@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import header  # noqa: E402
 
 from stress.fs import default_cache_dir  # noqa: E402
-from stress.soak import SoakOptions  # noqa: E402
+from stress.soak.options import SoakOptions  # noqa: E402
 from stress.verdicts.compare import Verdict, run_compare  # noqa: E402
 
 FIXED_TRIALS: int = 40  # the fusilli design: 20 runs of each side

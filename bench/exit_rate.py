@@ -1,6 +1,6 @@
 """Exits per second of short-lived job processes (issue 17 item 3), three shapes, same work:
 
-  (a) spawn    a fresh `python -m stress.engine.exitpaths` per job: the real worker, paying
+  (a) spawn    a fresh `python -m stress.engine.worker` per job: the real worker, paying
                interpreter start-up and imports every time (the spawn fallback)
   (b) bare     a parent that imported numpy + iree.runtime forks children that create an
                instance, driver and device, load the program, invoke, read back, check, release
@@ -208,7 +208,7 @@ def spawn_round(jobs: Jobs, env: dict[str, str], n: int, concurrency: int) -> tu
         while started < n and len(running) < concurrency:
             msg_r, msg_w = os.pipe()
             argv, stdin = jobs.next(msg_w)
-            proc = subprocess.Popen([sys.executable, "-m", "stress.engine.exitpaths", *argv],
+            proc = subprocess.Popen([sys.executable, "-m", "stress.engine.worker", *argv],
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL, pass_fds=[msg_w], env=env,
                                     cwd=jobs.work, start_new_session=True)

@@ -47,7 +47,8 @@ from bench._common import (  # noqa: E402
     steady_rate,
 )
 from stress.engine import replay  # noqa: E402
-from stress.engine.native import find_tools, prepare, run_argv  # noqa: E402
+from stress.engine.native import prepare  # noqa: E402
+from stress.engine.nativetools import find_tools, run_argv  # noqa: E402
 from stress.programs import corpus  # noqa: E402
 
 

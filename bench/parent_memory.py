@@ -85,7 +85,7 @@ def measure(extra: list[str], keep: str | None = None, samples_to: str | None = 
     n = summary["invocations"]
     warm = samples[max(1, len(samples) // 20)]
     # the last seconds are the end-of-run analysis (signatures and correlation over the stored
-    # windows, at most session._HEALTHY_SAMPLES_MAX of them): a bounded peak, reported apart
+    # windows, at most healthy.HEALTHY_SAMPLES_MAX of them): a bounded peak, reported apart
     running = [x for x in samples if x[0] <= samples[-1][0] - _ANALYSIS_S] or samples
     end = running[-1]
     peak = max(x[1] for x in running)

@@ -105,7 +105,7 @@ def compile(target: str | None, programs: tuple[str, ...], program_files: tuple[
             cache_dir: str, compile_jobs: int, export_dir: Path | None) -> None:
     """Compile programs into the artifact cache (a warm cache runs no compiler)."""
     from stress.programs import cache, targets
-    from stress.soak import choose_programs
+    from stress.soak.plan import choose_programs
 
     tgt = targets.parse(target or "cpu")
     progs = choose_programs(split_csv(programs), list(program_files))
@@ -145,7 +145,7 @@ def soak(**kw: Any) -> None:
         #   where it would stay above a usage error, the first line is the driver check's)
         status.update("soak: starting (programs, driver, artifacts)", force=True)
     from stress.analysis.text import summary_table
-    from stress.soak import run_soak
+    from stress.soak.run import run_soak
 
     if kw["gpus"]:
         kw["device"] = gpu_devices(kw["gpus"], kw["target"])
@@ -280,7 +280,7 @@ def merge(run_dirs: tuple[Path, ...], output: Path) -> None:
     """Combine the run folders of many machines (the shards of one plan) into one run folder:
     one store holding every run, failure folders copied. Refuses runs of different plans,
     seeds, targets or stacks. `gate --from DIR` and `report DIR` read the result."""
-    from stress.soak import write_summary
+    from stress.soak.run import write_summary
     from stress.store.merge import merge as merge_runs
 
     m = merge_runs(list(run_dirs), output)
@@ -386,8 +386,8 @@ def repro(folder: Path, times: int, with_replay: bool, device: str | None,
     failure folder's repro.sh runs this command. Exit 1 when it failed again, 0 when not.
     With --replay, FOLDER may also be a recorded healthy job's replay
     (RUN_DIR/native/replays/*.ireereplay): only that is replayed."""
-    from stress.repro import repro as repro_run
-    from stress.repro import run_replays
+    from stress.soak.repro import repro as repro_run
+    from stress.soak.repro import run_replays
 
     if with_replay and folder.suffix == ".ireereplay":
         codes = run_replays(folder, device or "local-task", times, None)

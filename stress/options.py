@@ -211,12 +211,12 @@ def shard_option(f: F) -> F:
 def soak_options_from(kw: dict[str, Any], duration_s: float | None, progress: bool,
                       argv: list[str]) -> Any:
     """The SoakOptions of `run_options`' values (a UsageError for a bad --env, --inject or
-    shard). Returns stress.soak.SoakOptions (imported here, late: the CLI starts fast)."""
+    shard). Returns stress.soak.options.SoakOptions (imported here, late: the CLI starts fast)."""
     import os
 
     from stress.engine import inject
     from stress.errors import UsageError
-    from stress.soak import SoakOptions
+    from stress.soak.options import SoakOptions
     from stress.verdicts.shards import ShardSource, resolve
 
     ctx = click.get_current_context(silent=True)

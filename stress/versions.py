@@ -25,7 +25,7 @@ def runtime() -> str:
     if spec is None or not spec.submodule_search_locations:
         return "not installed in this interpreter (pip install iree-base-runtime)"
     folder = Path(next(iter(spec.submodule_search_locations)))
-    from stress.engine.native import NativeTools, tool_facts
+    from stress.engine.nativetools import NativeTools, tool_facts
 
     facts = tool_facts(NativeTools(folder))
     revs = ", ".join(f"{k} {short_revision(str(v))}"

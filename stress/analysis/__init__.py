@@ -1,1 +1,2 @@
-"""Stage 5: analysis of a run's records (summaries, signatures, correlation, reports)."""
+"""Stage 4 (docs/architecture.md): analysis of a run's records (summaries, signatures,
+correlation, reports)."""

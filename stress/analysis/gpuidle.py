@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stress.analysis.rundata import RunData
-from stress.analysis.signatures import Signature, SignatureKey
+from stress.analysis.sigkeys import SignatureKey
+from stress.analysis.signatures import Signature
 
 CLASS: str = "gpu_busy_idle"
 THRESHOLD_S: float = 5.0  # NVIDIA and AMD GPUs drop their clocks within ~1-3 s of the last

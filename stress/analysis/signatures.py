@@ -23,215 +23,31 @@ split one mode by accidental concurrency); correlation.py ranks it.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import hashlib
-import json
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from stress.analysis import exposure as exp
 from stress.analysis.known import KnownFailure
 from stress.analysis.rundata import RunData
-from stress.analysis.stacks import read_folder
+from stress.analysis.sigkeys import SignatureKey as SignatureKey  # (re-exported: reports)
+from stress.analysis.sigkeys import compatible, merge_map, richness, why_not
+from stress.analysis.stacks import (
+    NON_STACK_CLASSES,
+    STATUS_CLASSES,
+    StackEvidence,
+    as_tid,
+    failing_stack,
+    thread_state,
+)
 from stress.analysis.stats import Rate
 from stress.keys import blank_numbers, message_key
-from stress.stacktext import Frame, StackDump, StackTool
 
-SIGLISTS: Path = Path(__file__).with_name("siglists")
-TOP_FRAMES: int = 3  # meaningful frames in a key: Socorro's signatures average 2-4 frames
-DISPLAY_FRAMES: int = 8  # meaningful frames shown in reports (with their modules)
-_NON_STACK_CLASSES: frozenset[str] = frozenset({"error", "miscompare"})
-_HANG_CLASSES: frozenset[str] = frozenset({"hang", "teardown_hang"})
-_STATUS_CLASSES: frozenset[str] = frozenset({"failed"})  # one row per process, no stack: an
-#   exit status
 TESTS_IN_KEY: int = 3  # failing test ids in a `failed` key (sorted): more only say "..."
 CHILD: str = "child "  # a child's crash without frames: the process's name
-_THREAD_STATES: frozenset[str] = frozenset({"busy", "blocked"})
 TEARDOWN: str = "teardown"
 TEARDOWN_STEPS: frozenset[str] = frozenset({"device-release", "driver-release", "gc",
                                             "worker-exit"})  # journal.Step.is_teardown()
-
-
-# --- rules -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Rules:
-    """The siglists, compiled. Users extend them by editing the text files."""
-
-    irrelevant: tuple[re.Pattern[str], ...]
-    prefix: tuple[re.Pattern[str], ...]
-    signal_handler: tuple[re.Pattern[str], ...]
-    rename: tuple[tuple[re.Pattern[str], str], ...] = ()
-
-    @staticmethod
-    def _lines(path: Path) -> list[tuple[int, str]]:
-        if not path.exists():
-            return []
-        return [(n, line.strip()) for n, line in enumerate(path.read_text().splitlines(), 1)
-                if line.strip() and not line.strip().startswith("#")]
-
-    @staticmethod
-    def _compile(path: Path, n: int, text: str) -> re.Pattern[str]:
-        try:
-            return re.compile(text)
-        except re.error as exc:
-            raise ValueError(f"{path}:{n}: bad regular expression {text!r}: {exc}") from exc
-
-    @classmethod
-    def _load(cls, path: Path) -> tuple[re.Pattern[str], ...]:
-        return tuple(cls._compile(path, n, line) for n, line in cls._lines(path))
-
-    @classmethod
-    def _load_rename(cls, path: Path) -> tuple[tuple[re.Pattern[str], str], ...]:
-        out = []
-        for n, line in cls._lines(path):
-            pat, sep, repl = line.partition(" => ")
-            if not sep:
-                raise ValueError(f"{path}:{n}: want `REGEX => REPLACEMENT`, got {line!r}")
-            out.append((cls._compile(path, n, pat.strip()), repl.strip()))
-        return tuple(out)
-
-    @classmethod
-    def load(cls, folder: Path = SIGLISTS) -> Rules:
-        return cls(cls._load(folder / "irrelevant.txt"), cls._load(folder / "prefix.txt"),
-                   cls._load(folder / "signal_handler.txt"),
-                   cls._load_rename(folder / "normalize.txt"))
-
-    def renamed(self, f: Frame) -> Frame:
-        if f.function is None or f.python:
-            return f
-        name = f.function
-        for pat, repl in self.rename:
-            name = pat.sub(repl, name)
-        return f if name == f.function else dataclasses.replace(f, function=name)
-
-
-@functools.lru_cache(maxsize=4)
-def rules(folder: Path = SIGLISTS) -> Rules:
-    return Rules.load(folder)
-
-
-def _matches(pats: tuple[re.Pattern[str], ...], text: str) -> bool:
-    return any(p.match(text) for p in pats)
-
-
-def meaningful(frames: list[Frame], r: Rules | None = None, crashed: bool = False) -> list[Frame]:
-    """Frames (innermost first) minus irrelevant ones; for a crashed thread, only those below
-    the last signal handler frame. Consecutive repeats (unnamed frames of one library)
-    collapse into one."""
-    r = r or rules()
-    frames = [r.renamed(f) for f in frames]
-    if crashed or any(_matches(r.signal_handler, f.text()) for f in frames):
-        cut = [i for i, f in enumerate(frames) if _matches(r.signal_handler, f.text())]
-        if cut:
-            frames = frames[cut[-1] + 1:]
-    out: list[Frame] = []
-    for f in frames:
-        if _matches(r.irrelevant, f.text()):
-            continue
-        if out and out[-1].key() == f.key():
-            continue
-        out.append(f)
-    return out
-
-
-def key_frames(frames: list[Frame], r: Rules | None = None) -> tuple[str, ...]:
-    """The first TOP_FRAMES meaningful frames' keys (prefix frames ride along uncounted)."""
-    r = r or rules()
-    out: list[str] = []
-    counted = 0
-    for f in frames:
-        out.append(f.key())
-        if not _matches(r.prefix, f.text()):
-            counted += 1
-        if counted == TOP_FRAMES:
-            break
-    return tuple(out)
-
-
-# --- the failing thread's stack --------------------------------------------------------------
-
-@dataclass
-class StackEvidence:
-    frames: tuple[str, ...] = ()  # key frames
-    modules: tuple[str, ...] = ()  # each key frame's module ("" unknown): not in the id
-    display: tuple[str, ...] = ()  # meaningful frames with modules, for reports
-    source: str = "none"  # which tool the frames came from
-    thread_name: str = ""
-    tid: int | None = None  # the thread the frames are from
-
-
-def _folder_meta(folder: str | None) -> dict[str, Any]:
-    if not folder:
-        return {}
-    try:
-        meta = json.loads((Path(folder) / "failure.json").read_text())
-        return meta if isinstance(meta, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _int(v: Any) -> int | None:
-    try:
-        return int(v) if v not in (None, "", 0, "0") else None
-    except (TypeError, ValueError):
-        return None
-
-
-def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> StackEvidence:
-    """The failing thread's frames for one failure row (module doc)."""
-    if row["class"] in _NON_STACK_CLASSES or row["class"] in _STATUS_CLASSES:
-        return StackEvidence()
-    ev = row.get("evidence") or {}
-    meta = _folder_meta(row.get("artifacts"))
-    tid = _int(row.get("native_tid")) or _int(meta.get("native_tid"))
-    crashed_tid = _int(ev.get("crashed_tid"))
-    dumps = dumps if dumps is not None else read_folder(row.get("artifacts"))
-    for dump in dumps:
-        th = dump.failing(tid, crashed_tid, crash=row["class"] == "crash")
-        if th is None or not th.frames:
-            continue
-        crashed = row["class"] == "crash" and dump.tool in (StackTool.GDB_CORE,
-                                                            StackTool.FAULTHANDLER)
-        good = meaningful(th.frames, crashed=crashed)
-        if not good and dump.tool is not StackTool.FAULTHANDLER:
-            continue
-        keys = key_frames(good)
-        return StackEvidence(keys, tuple(f.module for f in good[:len(keys)]),
-                             tuple(f.display() for f in good[:DISPLAY_FRAMES]),
-                             dump.tool.describe(), th.name, th.tid)
-    return StackEvidence(source=str(ev.get("stack_source") or "none"))
-
-
-def thread_state(row: dict[str, Any]) -> str:
-    """busy | blocked for hangs (issue 17 item 5: the failing thread's CPU use across the
-    evidence window), else "". Read from the row's evidence (`activity` of `activity_tid`,
-    `threads` {tid: {state}}, or `busy_tids` / `blocked_tids`), else from failure.json."""
-    if row["class"] not in _HANG_CLASSES:
-        return ""
-    meta = _folder_meta(row.get("artifacts"))
-    tid = _int(row.get("native_tid")) or _int(meta.get("native_tid"))
-    if tid is None:
-        return ""
-    for ev in (row.get("evidence") or {}, meta):
-        act = ev.get("activity")
-        if isinstance(act, str) and act.lower() in _THREAD_STATES and \
-                _int(ev.get("activity_tid")) in (None, tid):
-            return act.lower()
-        threads = ev.get("threads")
-        info = threads.get(str(tid)) if isinstance(threads, dict) else None
-        state = info.get("state") or info.get("activity") if isinstance(info, dict) else None
-        if isinstance(state, str) and state.lower() in _THREAD_STATES:
-            return state.lower()
-        for name in ("busy", "blocked"):
-            tids = ev.get(f"{name}_tids")
-            if isinstance(tids, list) and tid in tids:
-                return name
-    return ""
 
 
 # --- keys ------------------------------------------------------------------------------------
@@ -274,177 +90,6 @@ def child_message(row: dict[str, Any]) -> str:
     if not isinstance(child, dict):
         return ""
     return CHILD + (str(child.get("name") or "") or "?")
-
-
-@dataclass(frozen=True)
-class SignatureKey:
-    cls: str
-    signal: str | None
-    step: str | None
-    state: str  # busy | blocked | "" (hangs only)
-    frames: tuple[str, ...]
-    message: str
-    # each frame's module ("" unknown), for matching an unsymbolized frame (`?? [lib.so]`)
-    #   against a named one; not part of the text, the id or equality
-    modules: tuple[str, ...] = field(default=(), compare=False)
-
-    @staticmethod
-    def parse(text: str) -> SignatureKey:
-        """The key of `text()` (a report's `key`, a known-failures entry's `key`)."""
-        parts = (text.split("|", 5) + [""] * 6)[:6]
-        frames = tuple(f.strip() for f in parts[4].split(" < ") if f.strip())
-        return SignatureKey(parts[0], parts[1] or None, parts[2] or None, parts[3], frames,
-                            parts[5], tuple(_frame_module(f) for f in frames))
-
-    def module(self, i: int) -> str:
-        if i < len(self.modules) and self.modules[i]:
-            return self.modules[i]
-        return _frame_module(self.frames[i])
-
-    def detailed(self) -> str:
-        """text() with every native frame's module in brackets (`pthread_join [libc.so]`):
-        what a known-failures `key` entry should copy, so that it can be matched against an
-        unwind without symbols."""
-        frames = [f if f.endswith("]") or not self.module(i) else f"{f} [{self.module(i)}]"
-                  for i, f in enumerate(self.frames)]
-        return "|".join([self.cls, self.signal or "", self.step or "", self.state,
-                         " < ".join(frames), self.message])
-
-    def text(self) -> str:
-        """`class|signal|step|state|frame < frame < frame|message`: what ids hash and known
-        failure patterns match."""
-        return "|".join([self.cls, self.signal or "", self.step or "", self.state,
-                         " < ".join(self.frames), self.message])
-
-    @property
-    def id(self) -> str:
-        return "S" + hashlib.sha1(self.text().encode()).hexdigest()[:8]
-
-    def with_message(self, message: str) -> str:
-        """text() with another message in its place (known-failure patterns, `full_texts`)."""
-        return "|".join([self.cls, self.signal or "", self.step or "", self.state,
-                         " < ".join(self.frames), message])
-
-
-_UNNAMED: str = "??"
-
-
-def _frame_module(key: str) -> str:
-    """The module a frame key names (`?? [_runtime.so]`, a Python frame's `f [file.py]`)."""
-    return key[key.rindex("[") + 1:-1] if key.endswith("]") and "[" in key else ""
-
-
-def _unnamed(key: str) -> bool:
-    return key == _UNNAMED or key.startswith(_UNNAMED + " [")
-
-
-def _token(k: SignatureKey, i: int) -> tuple[str, str]:
-    """Frame i of `k` as (name, module): the module of a native frame from the key's modules
-    (a key read from text names it in brackets, `pthread_join [libc.so]`), "" unknown."""
-    f = k.frames[i]
-    name = f[:f.rindex(" [")] if f.endswith("]") and " [" in f else f
-    return name, k.module(i)
-
-
-def _counted(k: SignatureKey) -> int:
-    """Frames of `k` that count toward TOP_FRAMES (prefix frames ride along uncounted)."""
-    prefix = rules().prefix
-    return sum(not _matches(prefix, f"{n} [{m}]") for n, m in
-               (_token(k, i) for i in range(len(k.frames))))
-
-
-def _same_head(a: SignatureKey, b: SignatureKey) -> bool:
-    return (a.cls, a.signal, a.step, a.state, a.message) == \
-        (b.cls, b.signal, b.step, b.state, b.message)
-
-
-def _frames_agree(a: SignatureKey, b: SignatureKey) -> tuple[int, int] | str:
-    """(named frames the same, unsymbolized frames that stood in for a named one of the same
-    module) over the shorter stack, or why they disagree."""
-    named = wild = 0
-    for i in range(min(len(a.frames), len(b.frames))):
-        (na, ma), (nb, mb) = _token(a, i), _token(b, i)
-        if na != _UNNAMED and nb != _UNNAMED:
-            if na != nb or (ma and mb and ma != mb):
-                return f"frame {i + 1} differs ({na} vs {nb})"
-            named += 1
-        elif na == nb == _UNNAMED:
-            if ma != mb:
-                return f"frame {i + 1} is in another module ({ma or '?'} vs {mb or '?'})"
-        else:
-            m_unnamed, m_named = (ma, mb) if na == _UNNAMED else (mb, ma)
-            if not m_unnamed:
-                return (f"frame {i + 1} is unsymbolized outside every known module: "
-                        "it cannot be matched to a named frame")
-            if not m_named:
-                return f"frame {i + 1}'s named side gives no module to check against"
-            if m_unnamed != m_named:
-                return f"frame {i + 1} is in another module ({m_unnamed} vs {m_named})"
-            wild += 1
-    return named, wild
-
-
-def compatible(a: SignatureKey, b: SignatureKey) -> str | None:
-    """Why `a` and `b` may be one failure mode seen through two unwinds (None: they are not):
-    the same class, signal, step, state and message, and frames that agree position by
-    position over the shorter stack, the shorter one (if any) with fewer than TOP_FRAMES
-    counted frames (its unwind stopped early). An unsymbolized frame (`?? [lib.so]`) stands
-    in for a named frame only of the same, known, module; `?? []` (an address outside every
-    module) only for itself. At least one named frame must be the same in both, and no fewer
-    than the frames stood in for. Says "unwind stopped early" and/or "N frame(s)
-    unsymbolized"."""
-    if not _same_head(a, b) or not a.frames or not b.frames:
-        return None
-    if len(a.frames) != len(b.frames) and \
-            min(_counted(a), _counted(b)) >= TOP_FRAMES:
-        return None  # both unwinds were long enough: a longer key is another mode
-    agree = _frames_agree(a, b)
-    if isinstance(agree, str):
-        return None
-    named, wild = agree
-    if named == 0 or named < wild or (wild == 0 and len(a.frames) == len(b.frames)):
-        return None
-    why = []
-    if len(a.frames) != len(b.frames):
-        why.append("unwind stopped early")
-    if wild:
-        why.append(f"{wild} frame(s) unsymbolized")
-    return ", ".join(why)
-
-
-def why_not(a: SignatureKey, b: SignatureKey) -> str | None:
-    """Why key `b` (a known entry's) is not `a`'s mode although their class, signal, step
-    and state agree (None when they do not agree that far, or when they are compatible)."""
-    if not _same_head(a, b) or compatible(a, b):
-        return None
-    agree = _frames_agree(a, b)
-    return agree if isinstance(agree, str) else "too few frames named the same in both"
-
-
-def richness(k: SignatureKey) -> tuple[int, int]:
-    return len(k.frames), -sum(_unnamed(f) for f in k.frames)
-
-
-def merge_map(counts: Counter[SignatureKey],
-              steps: dict[SignatureKey, set[str]] | None = None
-              ) -> dict[SignatureKey, tuple[SignatureKey, str]]:
-    """Keys to fold into a richer one (more frames, or fewer unsymbolized) that is the only
-    compatible candidate: key -> (target, why). `steps`: each key's precise failing steps; a
-    key folds only into one whose failures were seen at every step it was (the key's
-    `teardown` groups several). A key compatible with several richer keys that are not
-    compatible with each other stays as it is (it cannot be told which)."""
-    out: dict[SignatureKey, tuple[SignatureKey, str]] = {}
-    keys = sorted(counts, key=lambda k: (richness(k), counts[k], k.text()), reverse=True)
-    for k in keys:
-        richer = [(other, why) for other in keys if richness(other) > richness(k)
-                  for why in [compatible(k, other)] if why and
-                  (steps is None or steps.get(k, set()) <= steps.get(other, set()))]
-        if not richer:
-            continue
-        best, why = max(richer, key=lambda c: (richness(c[0]), counts[c[0]], c[0].text()))
-        if all(o is best or compatible(o, best) for o, _ in richer):
-            out[k] = (out.get(best, (best, ""))[0], why)
-    return out
 
 
 # --- signatures ------------------------------------------------------------------------------
@@ -504,7 +149,7 @@ class Signature:
         the fault's), and only rows whose message makes this key. Empty when there is no
         such row, more than `limit` distinct messages, or rows past `scan` (the signature
         cannot be judged by its messages: only the key counts)."""
-        if self.key.cls not in _NON_STACK_CLASSES:
+        if self.key.cls not in NON_STACK_CLASSES:
             return ()
         lines: set[str] = set()
         for n, row in enumerate(self.rows):
@@ -604,7 +249,7 @@ def failing_step(row: dict[str, Any], stack: StackEvidence | None = None) -> str
     the row's raw entries (by native tid) wins over the recorded one."""
     step = row.get("last_step")
     tid = stack.tid if stack is not None else None
-    if tid is None or tid == _int(row.get("native_tid")):
+    if tid is None or tid == as_tid(row.get("native_tid")):
         return step
     flight: list[str] = []
     for e in sorted((e for e in row.get("steps") or [] if e.get("tid") == tid),
@@ -630,10 +275,10 @@ def key_step(step: str | None, frames: tuple[str, ...]) -> str | None:
 
 def key_of(row: dict[str, Any], stack: StackEvidence | None = None) -> SignatureKey:
     cls = row["class"]
-    if cls in _NON_STACK_CLASSES:
+    if cls in NON_STACK_CLASSES:
         return SignatureKey(cls, None, row.get("last_step") or "", "", (),
                             message_key(row.get("message") or ""))
-    if cls in _STATUS_CLASSES:
+    if cls in STATUS_CLASSES:
         return SignatureKey(cls, None, row.get("last_step") or "", "", (),
                             tests_message(row) or output_message(row))
     stack = stack if stack is not None else failing_stack(row)
@@ -691,7 +336,7 @@ def build(data: RunData) -> list[Signature]:
             s.evidence_counted += counted
             s.evidence_full += not counted
         row = {**row, "step": failing_step(row, stack) or ""}  # the corrected step
-        if row["class"] not in _NON_STACK_CLASSES:
+        if row["class"] not in NON_STACK_CLASSES:
             s.count += 1
             _place(s, row, conc)
         s.rows.append(row)
@@ -718,7 +363,7 @@ def build(data: RunData) -> list[Signature]:
         s.concurrency[conc.get(c["run_id"], "?")] += n
         s.jobs.add((c["run_id"], int(c["job_index"])))
     for s in sigs.values():
-        if s.cls in _NON_STACK_CLASSES and not data.counts:  # a store without counts
+        if s.cls in NON_STACK_CLASSES and not data.counts:  # a store without counts
             s.count = len(s.rows)
             for row in s.rows:
                 _place(s, row, conc)

@@ -1,1 +1,2 @@
-"""Stage 3: the soak engine (parent session, worker processes, patterns, journal, watchdog)."""
+"""Stage 2 (docs/architecture.md): the soak engine (parent session, worker processes, patterns,
+journal, watchdog)."""

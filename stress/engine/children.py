@@ -40,15 +40,11 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stress.engine import kernellog, postmortem, procstate
 from stress.engine.testlog import SignalDeath
 from stress.fs import new_file_mode
-from stress.vocab import FailureClass
-
-if TYPE_CHECKING:
-    from stress.engine.workermanage import WorkerHandle
 
 CHILD_CORES: str = "children"  # RUN/cores/children/: one folder for every job's (a folder per
 #   job would leave thousands of empty ones; a core's name has its pid)
@@ -352,20 +348,3 @@ class GroupWatch:
         """For the failure's evidence: what the watch saw of the group."""
         return {"processes_seen": len(self.names), "cores": len(self.cores),
                 "folders": [str(d) for d in self.dirs]}
-
-
-def exec_class(h: WorkerHandle, sig: str | None, said_bye: bool, cls: FailureClass
-               ) -> tuple[FailureClass, ChildCrash | None]:
-    """An exec job's class, and the process of its group to blame. The command killed by a
-    signal: its own crash (its children's cores are not read). Else a process of its group
-    killed by one (a compiler the test ran; `children.GroupWatch.crashed`): a `crash` with
-    that process's signal, led by its frames, whatever the command printed. Else a non-zero
-    exit before its done marker is `failed`: the command said its tests failed. After the
-    marker it stays an `error` at worker-exit (the work was done; its exit failed)."""
-    if sig is not None or h.group is None:
-        return cls, None
-    deaths = h.signal_deaths() if h.signal_deaths is not None else []
-    child = h.group.crashed(deaths)
-    if child is not None:
-        return FailureClass.CRASH, child
-    return (cls if said_bye else FailureClass.FAILED), None

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.engine import postmortem, testlog
-from stress.engine.children import CHILD_CORES, GroupWatch
+from stress.engine.children import CHILD_CORES, ChildCrash, GroupWatch
 from stress.engine.invocation import JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import Step
@@ -134,7 +134,8 @@ class OutputWatch:
 # ---- one process ------------------------------------------------------------------------
 @dataclass
 class ExecJudge:
-    """The deadlines and the end of one command process (set as the handle's watch/finish)."""
+    """The deadlines, end and evidence of one command process (its handle's
+    workermanage.Judge)."""
 
     job: Job | None
     pid: int
@@ -146,6 +147,9 @@ class ExecJudge:
     logs: tuple[Path, Path]
     group: GroupWatch | None = None  # the other processes of its group, and their cores
     keep_logs: bool = False
+    exe: str = ""  # the command's program, resolved (its core's executable)
+    step: str = RUN_STEP  # blamed when nothing else names a step
+    runner: ExecRunner | None = None  # told of the exit (a crashed copy's core in the cwd)
 
     def done_ns(self, now_ns: int) -> int | None:
         return self.output.poll(now_ns)
@@ -174,6 +178,8 @@ class ExecJudge:
         failed while working (the session records a crash while running the job). Whatever
         it left running in its process group is killed. After a clean exit the cores of its
         group (a death test's, a crash the test expected) are deleted: nothing failed."""
+        if self.runner is not None:
+            self.runner.note_exit(self.pid, rc)
         signal_group(self.pid, signal.SIGKILL)
         if self.group is not None and rc == 0:
             self.group.discard()
@@ -210,6 +216,13 @@ class ExecJudge:
     def signal_deaths(self) -> list[testlog.SignalDeath]:
         """The processes the command's output says died by a signal (`testlog`)."""
         return testlog.signal_deaths("".join(_tail(p, _REPORT_BYTES) for p in self.logs))
+
+    def child_crash(self) -> ChildCrash | None:
+        """The process of its group killed by a signal (`children.GroupWatch.crashed`)."""
+        return self.group.crashed(self.signal_deaths()) if self.group is not None else None
+
+    def add_evidence(self, folder: Path) -> None:
+        """Nothing of its own: its output is in the folder already."""
 
 
 _TAIL_BYTES: int = 8192
@@ -339,19 +352,12 @@ class ExecRunner:
         self.slots.hold(slot, h)
         group = GroupWatch(proc.pid, cwd, spec.run_dir.resolve() / postmortem.CORES_FOLDER /
                            CHILD_CORES, time.time(), self.core_pattern, self.kernel_claimed)
-        judge = ExecJudge(job, proc.pid, time.monotonic_ns(), time.time(), spec.timeout_s,
-                          spec.teardown_timeout_s, OutputWatch((out_path, err_path),
-                                                               self.pattern),
-                          (out_path, err_path), group)
-        def finish(rc: int) -> list[tuple[str, dict[str, Any]]]:
-            self.note_exit(proc.pid, rc)
-            return judge.finish(rc)
-
-        h.watch, h.finish, h.cwd = judge.watch, finish, cwd
-        h.exe = resolve_executable(argv[0], cwd, env)
-        h.default_step = RUN_STEP
-        h.describe = judge.facts
-        h.group, h.signal_deaths = group, judge.signal_deaths
+        h.judge = ExecJudge(job, proc.pid, time.monotonic_ns(), time.time(), spec.timeout_s,
+                            spec.teardown_timeout_s, OutputWatch((out_path, err_path),
+                                                                 self.pattern),
+                            (out_path, err_path), group,
+                            exe=resolve_executable(argv[0], cwd, env), runner=self)
+        h.cwd = cwd
         return h
 
     def close(self) -> None:

@@ -30,15 +30,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from stress.engine.invocation import Device, JobResult, LoadedProgram
 from stress.engine.journal import SlotWriter, Step
-from stress.vocab import ExitPath as ExitPath  # (re-exported: session.py reads it here)
+from stress.engine.patterns import ThreadState, Work, WorkerContext
+from stress.vocab import ExitPath as ExitPath  # (re-exported: the tests read it here)
 from stress.vocab import Family, family
-
-if TYPE_CHECKING:  # patterns imports this module to register the family: no import cycle
-    from stress.engine.patterns import Pattern, ThreadState, Work, WorkerContext
 
 FAMILY_NAME: str = Family.EXIT.value  # `--patterns exit` selects every member
 _HELPER_BOUND_S: float = 60.0  # a helper's invoke loop ends by itself after this long: the
@@ -303,27 +301,3 @@ def leave(path: ExitPath | None = None) -> None:
     elif path is ExitPath.SIGTERM:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(_SIGTERM_WAIT_S)
-
-
-def register(into: dict[str, Pattern]) -> None:
-    """Adds the family to a pattern registry (patterns.PATTERNS) without replacing entries."""
-    for name, p in PATTERNS.items():
-        into.setdefault(name, p)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m stress.engine.exitpaths ARGS`: the worker (same arguments) with the family
-    registered and `leave()` after it: how the fork server runs its children, and a spawned
-    job process, until worker.py does both itself (then the second leave() is a no-op)."""
-    from stress.engine import patterns, worker
-
-    register(patterns.PATTERNS)
-    code = worker.main(argv)
-    leave()
-    return code
-
-
-if __name__ == "__main__":  # run the imported module, not this __main__ copy: one `_pending`
-    from stress.engine import exitpaths as _module
-
-    sys.exit(_module.main())

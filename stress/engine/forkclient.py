@@ -176,7 +176,7 @@ class ForkServer:
     def fork(self, argv: Sequence[str], msg_fd: int, stdout_fd: int, stderr_fd: int,
              stdin_fd: int | None = None, cwd: Path | str | None = None,
              env: dict[str, str] | None = None) -> ForkedProcess:
-        """Forks one job process running `worker.main(argv)` (through exitpaths.main). In the
+        """Forks one job process running `worker.main(argv)`. In the
         child, `msg_fd` becomes CHILD_MSG_FD (argv must say `--msg-fd 3`), stdin is `stdin_fd`
         or /dev/null; `cwd` and `env` replace the server's. Our fds stay open: close them
         after this returns, as after Popen. Raises ForkServerUnsafe when the server refuses

@@ -59,5 +59,8 @@ class ForkRunner:
         h.stdin, h.cwd = os.fdopen(stdin_w, "wb"), cwd
         return h
 
+    def ready(self) -> bool:
+        return True
+
     def close(self) -> None:
         self.server.close()

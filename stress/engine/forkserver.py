@@ -221,10 +221,11 @@ class Server:
         if not safety.safe:
             self.send(Msg.REFUSED, {"id": req["id"], "reason": safety.reason})
             return None
+        server_pid = os.getpid()  # taken before the fork: see _die_with
         pid = os.fork()
         if pid == 0:
             try:
-                self._become_child(req, fds)
+                self._become_child(req, fds, server_pid)
             except BaseException:  # never let a child return into the server loop
                 os._exit(EXIT_CHILD_SETUP)
             return ChildSpec([str(a) for a in req["argv"]])
@@ -233,11 +234,10 @@ class Server:
         self.send(Msg.FORKED, {"id": req["id"], "pid": pid})
         return None
 
-    def _become_child(self, req: dict[str, Any], fds: list[int]) -> None:
+    def _become_child(self, req: dict[str, Any], fds: list[int], server_pid: int) -> None:
         """In the forked child: its own process group, its fds at 0-3, the request's cwd and
         environment, the server's sockets closed and its signal set-up undone, death with the
         server."""
-        server_pid = os.getppid()
         _own_group(0)
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM):
@@ -254,9 +254,7 @@ class Server:
             os.dup2(src, dst)
         for f in {stdin, out, err, msg}:
             os.close(f)
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != server_pid:  # the server died before prctl took effect
-            os._exit(EXIT_CHILD_SETUP)
+        _die_with(server_pid)
         if req.get("cwd"):
             os.chdir(req["cwd"])
         env = req.get("env")
@@ -323,6 +321,16 @@ def _prctl(option: int, arg: int) -> None:
         pass
 
 
+def _die_with(parent_pid: int) -> None:
+    """SIGKILL when `parent_pid` dies (PR_SET_PDEATHSIG); gone already: leave at once.
+    `parent_pid` must be known before the fork: read in the child, a parent that died before
+    the child first ran is already its adopter (the suite under load had a forked child outlive
+    its killed server that way, waiting on its stdin for good)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # it died before prctl took effect
+        os._exit(EXIT_CHILD_SETUP)
+
+
 def _preload() -> str | None:
     """Imports what every job needs; returns an error text when one import fails."""
     for key, value in _THREAD_LIMITS.items():
@@ -354,11 +362,12 @@ def _warm_up() -> None:
 
 
 def run_child(spec: ChildSpec) -> int:
-    """The job process's body, outside every server frame."""
-    from stress.engine import exitpaths
+    """The job process's body, outside every server frame: the worker, which leaves by its
+    job's exit path after `bye`."""
+    from stress.engine import worker
 
     sys.argv = ["stress.engine.worker", *spec.argv]
-    return exitpaths.main(spec.argv)
+    return worker.main(spec.argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -369,9 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="tests only: start a second thread, so the fork check must fail")
     args = ap.parse_args(argv)
     if args.parent_pid:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != args.parent_pid:
-            os._exit(EXIT_CHILD_SETUP)
+        _die_with(args.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     sock = socket.socket(fileno=args.sock)
     error = _preload()

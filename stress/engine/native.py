@@ -8,12 +8,13 @@ Lifecycle shapes are what the tools can do:
   invocations on one device: many invocations per process.
 
 `--parallel N` processes run at once and share the device (several processes on one GPU).
-Tools come from the active stack's iree-base-runtime (`find_tools`). Each program's inputs are
-written once (`.npy`, from a fixed seed) and its numpy reference computed once; every
-`native-run` output is checked against it in the parent. The output file is the tool's "done"
-marker: once it exists the process's exit is under `--teardown-timeout` (a teardown hang at
-worker-exit), before it the whole run is under `--timeout` (a hang at `invoke`). `--record`
-adds `--device_replay_output` (replay.py: which replays stay, what a failure folder gets).
+Tools come from the active stack's iree-base-runtime (`nativetools.find_tools`). Each
+program's inputs are written once (`.npy`, from a fixed seed) and its numpy reference computed
+once; every `native-run` output is checked against it in the parent. The output file is the
+tool's "done" marker: once it exists the process's exit is under `--teardown-timeout` (a
+teardown hang at worker-exit), before it the whole run is under `--timeout` (a hang at
+`invoke`). `--record` adds `--device_replay_output` (replay.py: which replays stay, what a
+failure folder gets).
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ import io
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,7 +35,13 @@ from stress.engine import postmortem, replay
 from stress.engine.invocation import FailureNote, JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import Step
-from stress.engine.toolproc import CoreLimit, Slots, exit_fd, is_elf, spawn_fast
+from stress.engine.nativetools import (
+    NativeTools,
+    bench_argv,
+    run_prefix,
+    run_tail,
+)
+from stress.engine.toolproc import CoreLimit, Slots, exit_fd, spawn_fast
 from stress.engine.watchdog import Stuck
 from stress.engine.workermanage import LaunchSpec, Proc, WorkerHandle
 from stress.programs import dtypes
@@ -53,70 +58,6 @@ ONE_PROCESS_SCALE: float = 1 / 20  # jobs.invocations_for's default is 20 per jo
 #   job is one process (`-n` counts processes)
 _STATUS_LINE = re.compile(r"\b([A-Z_]{4,}); ")  # IREE status text: "...: INTERNAL; message"
 _INVOKE: str = Step.INVOKE.label  # (an enum property: read per job otherwise)
-_TOOLS: dict[str, str] = {"run": "iree-run-module", "bench": "iree-benchmark-module",
-                          "dump": "iree-dump-replay", "replay": "iree-run-replay"}
-
-
-class ToolsMissing(Exception):
-    """The stack has no iree-run-module (the message says where it looked)."""
-
-
-@dataclass(frozen=True)
-class NativeTools:
-    folder: Path
-
-    def path(self, key: str) -> Path:
-        return self.folder / _TOOLS[key]
-
-    def has(self, key: str) -> bool:
-        return os.access(self.path(key), os.X_OK)
-
-
-_VERSION_LINE = re.compile(r'^(VERSION|REVISIONS)\s*=\s*(.+)$', re.M)
-
-
-def tool_facts(tools: NativeTools) -> dict[str, Any]:
-    """The runtime the tools were built from, for the run's manifest: the version file beside
-    them in a wheel's `_runtime_libs` (read, not imported), and their folder."""
-    facts: dict[str, Any] = {"iree_runtime_path": str(tools.folder)}
-    try:
-        text = (tools.folder / "version.py").read_text()
-    except OSError:
-        return facts
-    for key, value in _VERSION_LINE.findall(text):
-        try:
-            parsed = json.loads(value.strip())
-        except ValueError:
-            continue
-        facts["iree_runtime" if key == "VERSION" else "iree_revisions"] = parsed
-    return facts
-
-
-def find_tools(python: str) -> NativeTools:
-    """The tools of the stack whose interpreter is `python`: the binaries in its iree
-    package's `_runtime_libs` folder (a venv's `bin/iree-run-module` is a Python script that
-    starts them: ~40 ms of interpreter per job, and faults preloaded into the job would hit
-    Python first), else binaries beside the interpreter, else on PATH."""
-    env_root = Path(python).parent.parent
-    found = sorted(env_root.glob("lib/python3*/site-packages/iree/_runtime_libs"))
-    looked = [str(env_root / "lib/python3*/site-packages/iree/_runtime_libs")]
-    if not found:
-        run = subprocess.run([python, "-c", "import iree._runtime_libs as m, os; "
-                              "print(os.path.dirname(m.__file__))"], capture_output=True,
-                             text=True, timeout=60)
-        if run.returncode == 0 and run.stdout.strip():
-            found = [Path(run.stdout.strip())]
-    for folder in [*found, Path(python).parent]:
-        looked.append(str(folder))
-        if is_elf(folder / _TOOLS["run"]):
-            return NativeTools(folder)
-    which = shutil.which(_TOOLS["run"])
-    if which and is_elf(Path(which)):
-        return NativeTools(Path(which).parent)
-    raise ToolsMissing(f"no {_TOOLS['run']} binary in {', '.join(looked)} or on PATH "
-                       "(install iree-base-runtime in that interpreter's environment)")
-
-
 def unsupported(program: Program) -> str | None:
     """Why the tools cannot run `program` with checked outputs, or None. bf16 has no numpy
     dtype (.npy would say uint16); output arguments (torch style) are not results."""
@@ -127,37 +68,6 @@ def unsupported(program: Program) -> str | None:
     if len(program.results) != 1:
         return "not exactly one result"
     return None
-
-
-# ---- pure argv builders -----------------------------------------------------------------
-def run_argv(tools: NativeTools, vmfb: Path, device: str, entry: str, inputs: list[Path],
-             output: Path | str, replay_path: Path | None = None) -> list[str]:
-    return run_prefix(tools, vmfb, device, entry, inputs) + run_tail(output, replay_path)
-
-
-def run_prefix(tools: NativeTools, vmfb: Path, device: str, entry: str,
-               inputs: list[Path]) -> list[str]:
-    """The part of a native-run argv that is the same for every job of a program."""
-    return [str(tools.path("run")), f"--module={vmfb}", f"--device={device}",
-            f"--function={entry}", *[f"--input=@{p}" for p in inputs]]
-
-
-def run_tail(output: Path | str, replay_path: Path | None = None) -> list[str]:
-    """The part of a native-run argv that is the job's own."""
-    return [f"--output=@{output}"] + ([f"--device_replay_output={replay_path}"]
-                                      if replay_path else [])
-
-
-def bench_argv(tools: NativeTools, vmfb: Path, device: str, entry: str, inputs: list[Path],
-               invocations: int, replay_path: Path | None = None) -> list[str]:
-    argv = [str(tools.path("bench")), f"--module={vmfb}", f"--device={device}",
-            f"--function={entry}", *[f"--input=@{p}" for p in inputs],
-            f"--benchmark_min_time={invocations}x"]
-    return argv + ([f"--device_replay_output={replay_path}"] if replay_path else [])
-
-
-def replay_argv(tools: NativeTools, replay_path: Path, device: str) -> list[str]:
-    return [str(tools.path("replay")), f"--device={device}", str(replay_path)]
 
 
 def status_message(stderr: str) -> str:
@@ -214,7 +124,7 @@ def check(data: ProgramData, out: np.ndarray[Any, Any]) -> str | None:
 # ---- one process --------------------------------------------------------------------------
 @dataclass
 class NativeJudge:
-    """Deadlines and end of one tool process (the handle's watch / finish / describe)."""
+    """Deadlines, end and evidence of one tool process (its handle's workermanage.Judge)."""
 
     handle: WorkerHandle | None
     job: Job
@@ -232,6 +142,9 @@ class NativeJudge:
     settled: bool = False
     kept: bool | None = None  # the keeper kept its replay (False: not written, or over the cap)
     facts_cache: dict[str, Any] = field(default_factory=dict)
+    exe: str = ""  # the tool (its core's executable)
+    step: str = _INVOKE  # blamed when nothing else names a step
+    group: None = None  # a tool starts no processes of its own that we watch
 
     def watch(self, now_ns: int) -> Stuck | None:
         if self.done_ns is None and self.output is not None and os.path.exists(self.output):
@@ -327,7 +240,10 @@ class NativeJudge:
             self.settled = True
             self.kept = self.keeper.settle(self.replay_path, self.job.program, failed)
 
-    def describe(self) -> dict[str, Any]:
+    def child_crash(self) -> None:
+        return None
+
+    def facts(self) -> dict[str, Any]:
         return {"native_tool": self.tools.folder.name, "output_written": self.done_ns is not None
                 or bool(self.output and os.path.exists(self.output)), **self.facts_cache}
 
@@ -473,13 +389,14 @@ class NativeRunner:
         h = WorkerHandle(spec.worker_id, spec.generation, proc, fd, self.journal, log_path,
                          log_path, ephemeral=True, messages=False, log_from=log_from)
         self.slots.hold(slot, h)
-        judge = NativeJudge(h, job, data, time.monotonic_ns(), time.time(), spec.timeout_s,
-                            spec.teardown_timeout_s, output, self.tools, self.keeper,
-                            replay_path)
-        h.watch, h.finish, h.describe = judge.watch, judge.finish, judge.describe
-        h.add_evidence = judge.add_evidence
-        h.cwd, h.exe, h.default_step = cwd, argv[0], _INVOKE
+        h.judge = NativeJudge(h, job, data, time.monotonic_ns(), time.time(), spec.timeout_s,
+                              spec.teardown_timeout_s, output, self.tools, self.keeper,
+                              replay_path, exe=argv[0], step=_INVOKE)
+        h.cwd = cwd
         return h
+
+    def ready(self) -> bool:
+        return True
 
     def close(self) -> None:
         if self.core_limit is not None:

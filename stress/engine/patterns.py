@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from stress.engine import exitpaths
 from stress.engine.invocation import (
     Device,
     Expectation,
@@ -386,5 +385,3 @@ def _raise_first(errors: list[BaseException]) -> None:
 PATTERNS: dict[str, Pattern] = {p.name: p for p in (
     Shared(), PerThread(), PerCall(), Churn(), InstanceChurn(), CrossThread(), ProcessPerJob())}
 ALL_PATTERNS: tuple[str, ...] = tuple(PATTERNS)  # what `all` (the default) selects
-exitpaths.register(PATTERNS)  # the `exit` family: selected by name or by `--patterns exit`
-EXIT_FAMILY: tuple[str, ...] = exitpaths.FAMILY

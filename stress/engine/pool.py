@@ -57,6 +57,7 @@ class WorkerPool:
         self.unreaped: list[WorkerHandle] = []  # survived SIGKILL (D state): polled each tick
         self.next_worker_id = 0
         self.generation: Counter[int] = Counter()
+        self.pool_started = 0  # pool workers given a job limit (the first ones stagger theirs)
 
     def new_id(self) -> int:
         wid = self.next_worker_id
@@ -67,6 +68,15 @@ class WorkerPool:
         gen = self.generation[wid]
         self.generation[wid] += 1
         return gen
+
+    def job_limit(self, per_worker: int, workers: int) -> int:
+        """--max-jobs-per-worker for the next pool worker, staggered for the first ones (k of
+        W gets (k+1)/W of it), so that they do not all retire, and restart, at once."""
+        k = self.pool_started
+        self.pool_started += 1
+        if k < workers:
+            return max(1, per_worker * (k + 1) // workers)
+        return per_worker
 
     def _fall_back(self, exc: Exception) -> Runner:
         """Spawn for exit paths from now on (said once, on stderr and in the manifest)."""

@@ -101,6 +101,25 @@ class JobSupply:
             return None
         return queue.popleft()
 
+    def for_pool(self, in_hand: int, room: int) -> list[Job]:
+        """Jobs for a running pool worker that holds `in_hand` and may hold `room`."""
+        batch: list[Job] = []
+        while in_hand + len(batch) < room:
+            job = self.next(Queue.POOL)
+            if job is None:
+                break
+            batch.append(job)
+        return batch
+
+    def next_process(self, wave_running: bool) -> Job | None:
+        """The next one-job process's job, or None. An exit-family job waits while a wave of
+        them runs: a batch starts together and exits together (it waits for the wave's last)."""
+        job = self.next(Queue.ONE_JOB)
+        if job is not None and wave_running and is_exit_job(job):
+            self.put_back(job)
+            return None
+        return job
+
     def peek(self, q: Queue) -> bool:
         """Whether `next(q)` would give a job (one is drawn into the queue if needed)."""
         if self.queues[q]:

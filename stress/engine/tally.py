@@ -43,3 +43,17 @@ class RunTally:
         """A process-level failure (crash, hang, ...): one failure of its class."""
         self.failures_by_class[cls.value] += 1
         self.failure_count += 1
+
+    def at_max_failures(self, limit: int | None) -> bool:
+        """Whether --max-failures (None: no limit) is reached."""
+        return limit is not None and self.failure_count >= limit
+
+    def soak_clock(self, now: float, startup_timeout_s: float) -> float:
+        """When --duration began: the first job's start, or (no worker ever started a job)
+        the end of the start-up allowance, so that a runtime that cannot start still ends."""
+        if self.soak_started is not None:
+            return self.soak_started
+        if now - self.started > startup_timeout_s:
+            self.soak_started = self.started + startup_timeout_s
+            return self.soak_started
+        return now

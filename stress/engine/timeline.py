@@ -20,11 +20,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from stress.engine import telemetry
+from stress.engine.phases import Phases
 
 DEFAULT_PERIOD_S: float = 1.0  # clocks move within ~1 s of load changes; 1 Hz keeps a 10-hour
 #   soak's time line at ~36k rows per GPU and the child's cost at one NVML read (~1 ms) a second
@@ -32,6 +34,10 @@ _STALL_PERIODS: float = 5.0  # no sample for this many periods (and > the snapsh
 #   driver is wedged in a read, which is a finding in itself
 _CLOSE_GRACE_S: float = 1.0  # the child leaves within a period of its stdin closing
 _READ_CHUNK: int = 1 << 16
+COOLDOWN_S: float = 8.0  # GPU runs keep sampling this long after the last worker exited: a
+#   clock that never comes down after a clean teardown shows there (the "busy while idle"
+#   detector needs more than its 5 s threshold of it)
+_COOLDOWN_POLL_S: float = 0.2  # samples stored this often while cooling down
 
 
 @runtime_checkable
@@ -153,6 +159,77 @@ def rows(sample: dict[str, Any], ordinals: list[int] | None) -> list[dict[str, A
              "source": sample.get("source"), "error": None,
              **{k: telemetry.number(g.get(k)) for k in telemetry.METRICS}}
             for g in telemetry.in_use(list(sample["gpus"]), ordinals)]
+
+
+class RunTimeline:
+    """One run's time line: its sampler child (none on cpu), the samples stored as they come,
+    phase marks, and the cool-down after the last worker exited. A store without the
+    time line's part (a test's fake) gets none."""
+
+    def __init__(self, store: object, run_id: str, driver: str, devices: Sequence[str],
+                 period_s: float = DEFAULT_PERIOD_S):
+        self.store = store if isinstance(store, TimelineRecords) else None
+        self.run_id, self.driver, self.period_s = run_id, driver, period_s
+        self.gpu_ordinals = telemetry.device_ordinals(devices)
+        self.sampler: Sampler | None = None
+        self.note = ""  # for the manifest: what samples it, or why nothing does
+
+    def start(self) -> bool:
+        """Starts the sampler child; True when one runs (the manifest then says so)."""
+        if self.store is None:
+            return False
+        try:
+            self.sampler = start(self.driver, self.period_s)
+        except OSError as exc:
+            self.note = f"no time line: {exc}"
+            return False
+        if self.sampler is None:
+            return False
+        self.note = f"{self.sampler.backend} every {self.period_s:g} s"
+        return True
+
+    def record(self, final: bool = False) -> None:
+        """Stores the samples the sampler printed since the last call (never blocks)."""
+        if self.sampler is None or self.store is None:
+            return
+        samples = self.sampler.close() if final else self.sampler.poll()
+        out = [r for sample in samples for r in rows(sample, self.gpu_ordinals)]
+        if out:
+            self.store.add_telemetry(self.run_id, out)
+        if final:
+            self.sampler = None
+
+    def mark(self, kind: str, label: str) -> None:
+        if self.sampler is not None and self.store is not None:
+            self.store.add_mark(self.run_id, time.time(), kind, label)
+
+    def worker_device(self, row: int, device: str) -> None:
+        """Which device a worker's row used (runs over several devices)."""
+        if self.store is not None:
+            self.store.set_worker_device(row, device)
+
+    @contextmanager
+    def phase(self, phases: Phases, name: str) -> Iterator[None]:
+        """A phase of the run (timed in `phases`), also marked on the time line."""
+        self.mark("phase-start", name)
+        try:
+            with phases.phase(name):
+                yield
+        finally:
+            self.mark("phase-end", name)
+
+    def cooldown(self, phases: Phases, interrupted: Callable[[], bool],
+                 tick: Callable[[], None]) -> None:
+        """After the last worker exited: the time line goes on for COOLDOWN_S, so a GPU that
+        stays busy with nothing running is seen (stopped early by an interrupt)."""
+        if self.sampler is None:
+            return
+        end = time.monotonic() + COOLDOWN_S
+        with self.phase(phases, "cooldown"):
+            while time.monotonic() < end and not interrupted():
+                time.sleep(min(_COOLDOWN_POLL_S, max(0.0, end - time.monotonic())))
+                self.record()
+                tick()
 
 
 def _child_main(argv: list[str]) -> int:

@@ -32,13 +32,16 @@ from stress.engine import exitpaths, inject, postmortem
 from stress.engine.invocation import Device, Expectation, FailureNote, JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import JournalWriter, SlotWriter, Step
-from stress.engine.patterns import PATTERNS, ThreadState, Work, WorkerContext
+from stress.engine.patterns import PATTERNS, Pattern, ThreadState, Work, WorkerContext
 from stress.programs.program import Program, make_inputs
 from stress.vocab import exit_path_of, pattern
 
 _PR_SET_PDEATHSIG = 1  # linux prctl: signal us when the parent dies (no orphans, even on SIGKILL)
 _PR_SET_PTRACER = 0x59616D61  # linux prctl (Yama): let this pid ptrace us (stacks, non-root CI)
 EXIT_HARNESS: int = 70  # EX_SOFTWARE: the worker's own code failed (not the runtime under test)
+# every pattern a worker runs: the in-process family and process-per-job, and the `exit` family
+#   (selected by name or by `--patterns exit`)
+RUNS: dict[str, Pattern] = {**PATTERNS, **exitpaths.PATTERNS}
 
 
 class Messenger:
@@ -231,7 +234,7 @@ class Worker:
         try:
             inputs = make_inputs(program, job.seed)
             work = Work(job, program, inputs, Expectation(program, job.seed, inputs), result)
-            PATTERNS[job.pattern].run(self.ctx, state, work)
+            RUNS[job.pattern].run(self.ctx, state, work)
         except Exception as exc:
             result.errors += 1
             step = getattr(exc, "step", None)

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -23,8 +22,7 @@ from stress.engine.jobs import Job
 from stress.engine.journal import JournalReader
 
 if TYPE_CHECKING:
-    from stress.engine.children import GroupWatch
-    from stress.engine.testlog import SignalDeath
+    from stress.engine.children import ChildCrash, GroupWatch
     from stress.engine.watchdog import Stuck
 
 _TERMINATE_GRACE_S: float = 2.0  # a worker gets this long after SIGTERM before SIGKILL
@@ -46,6 +44,39 @@ class Proc(Protocol):
     def poll(self) -> int | None: ...
 
     def wait(self, timeout: float | None = None) -> int: ...
+
+
+class Judge(Protocol):
+    """The runner's own judgement of a process that has neither our journal nor our message
+    pipe (an IREE tool, the user's command): its deadlines, its results, its evidence. The
+    session and capture ask it; a Python worker has none (its journal and messages say it)."""
+
+    @property
+    def exe(self) -> str:
+        """The executable its core belongs to."""
+
+    @property
+    def step(self) -> str:
+        """The step blamed when no journal names one (`invoke`, `run`)."""
+
+    @property
+    def group(self) -> GroupWatch | None:
+        """Its process group's other processes and their cores (an exec job); None: alone."""
+
+    def watch(self, now_ns: int) -> Stuck | None:
+        """Whether it is past one of its deadlines now (the journal watchdog's place)."""
+
+    def finish(self, rc: int) -> list[tuple[str, dict[str, Any]]]:
+        """What it printed, as messages (job_done, bye) handled before its exit is judged."""
+
+    def facts(self) -> dict[str, Any]:
+        """Facts read off the process for any failure's evidence (its last output lines)."""
+
+    def add_evidence(self, folder: Path) -> None:
+        """Its runner's own files (a native job's HAL replay) into a failure folder of it."""
+
+    def child_crash(self) -> ChildCrash | None:
+        """The process of its group that died by a signal, if one did (exec)."""
 
 
 class State(enum.Enum):
@@ -83,12 +114,8 @@ class WorkerHandle:
     messages: bool = True  # False: msg_fd is an exit fd (toolproc.exit_fd), never read (a
     #   failed read of a pidfd raised an OSError per process: ~5% of the parent's time)
     batch: int | None = None  # exit-family wave this process belongs to
-    # Runners of processes without our journal or message pipe (native tools, a user's
-    # command) judge them themselves: `watch(now_ns)` says when one is stuck (else the journal
-    # watchdog does), `finish(rc)` turns what it printed into messages (job_done, bye) that
-    # the session handles before it classifies the exit.
-    watch: Callable[[int], Stuck | None] | None = None
-    finish: Callable[[int], list[tuple[str, dict[str, Any]]]] | None = None
+    judge: Judge | None = None  # a tool process's or a command's (None: our journal and
+    #   messages say what the process did)
     bye: dict[str, Any] | None = None
     stdin: IO[bytes] | None = None
     facts: dict[str, Any] | None = None
@@ -96,17 +123,6 @@ class WorkerHandle:
     cwd: Path | None = None  # where a core of this worker lands
     cores: bool = True  # may dump a core (the evidence budget turns cores off for most new
     #   processes once every crash mode seen has its evidence)
-    exe: str | None = None  # the executable its core belongs to (None: the worker's python)
-    default_step: str | None = None  # the step blamed when no journal names one ("run")
-    # facts its runner read off the process (an exec job's last output lines), added to the
-    # evidence of any failure of it
-    describe: Callable[[], dict[str, Any]] | None = None
-    add_evidence: Callable[[Path], None] | None = None  # its runner's own files (a native
-    #   job's HAL replay) into a failure folder of it, after the session's
-    # an exec job's other processes (children.GroupWatch: their cores, a child's crash) and
-    #   what its output says died by a signal; with a group, a non-zero exit is `failed`
-    group: GroupWatch | None = None
-    signal_deaths: Callable[[], list[SignalDeath]] | None = None
     started_wall: float = field(default_factory=time.time)
     log_from: int = 0  # where this process's output starts in its logs (shared by turns)
     _buf: bytes = b""
@@ -151,6 +167,12 @@ class WorkerHandle:
         """It has had all its jobs (--max-jobs-per-worker): it finishes them and leaves, and
         the session starts its successor on the same worker id (the same device) then."""
         return self.job_limit is not None and self.jobs_sent >= self.job_limit
+
+    def room(self, most: int) -> int:
+        """How many jobs it may hold: `most`, fewer near its job limit."""
+        if self.job_limit is None:
+            return most
+        return min(most, self.job_limit - self.jobs_sent + len(self.outstanding))
 
     def send_job(self, job: Job) -> bool:
         return self.send_jobs([job])
@@ -336,6 +358,9 @@ class Runner(Protocol):
 
     def launch(self, spec: LaunchSpec) -> WorkerHandle: ...
 
+    def ready(self) -> bool:
+        """Whether a launch may start now (False: the runner holds launches back a while)."""
+
     def close(self) -> None: ...
 
 
@@ -364,6 +389,9 @@ class SpawnRunner:
                          err_path, spec.ephemeral)
         h.stdin, h.cwd = proc.stdin, cwd
         return h
+
+    def ready(self) -> bool:
+        return True
 
     def close(self) -> None:
         pass

@@ -1,1 +1,2 @@
-"""Stage 1: programs (corpus + user files), targets, compiler argv, artifact cache."""
+"""Stage 1 (docs/architecture.md): programs (corpus + user files), targets, compiler argv,
+artifact cache."""

@@ -1,1 +1,2 @@
-"""Stage 4: the results store (SQLite with numbered migrations), summary.json, merging."""
+"""Stage 3 (docs/architecture.md): the results store (SQLite with numbered migrations),
+summary.json, merging."""

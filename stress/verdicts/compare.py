@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stress.analysis.bayes import prob_greater
 from stress.analysis.sequential import Decision, PairedSprt
@@ -43,6 +43,9 @@ from stress.errors import UsageError
 from stress.fs import atomic_write
 from stress.verdicts.trials import Cached, Trial, TrialCache, TrialRunner, plan_key
 from stress.vocab import Engine, RunStatus
+
+if TYPE_CHECKING:
+    from stress.soak.options import SoakOptions
 
 THETA1: float = 0.8  # H1 of the paired test: B fails alone in 80% of discordant pairs. 0.75
 #   needs 8 discordant pairs to decide (~32 trials at a 50% flake), 0.8 needs 7, and still
@@ -226,9 +229,9 @@ def render(r: CompareResult) -> str:
 
 # --- the real trials: soaks under built stacks -----------------------------------------------
 
-def engine_of(base: Any) -> Engine:
+def engine_of(base: SoakOptions) -> Engine:
     """What runs a trial's jobs (`--engine`): what a trial must show to count as a result."""
-    return Engine(getattr(base, "engine", None) or Engine.PYTHON.value)
+    return Engine(base.engine or Engine.PYTHON.value)
 
 
 def trial_problem(engine: Engine, summary: dict[str, Any], run_dir: Path) -> str:
@@ -244,7 +247,7 @@ def trial_problem(engine: Engine, summary: dict[str, Any], run_dir: Path) -> str
     return "" if ran else f"{engine.describe()} ran no job (see {run_dir})"
 
 
-def exec_preflight(built: Any, base: Any) -> str:
+def exec_preflight(built: Any, base: SoakOptions) -> str:
     """Can the command start under the stack? '' when its executable is found (on the PATH
     the jobs get: the stack's venv first) and executable. `provision.preflight` asks the stack's
     interpreter to import iree.runtime, which says nothing about the user's command."""
@@ -261,7 +264,7 @@ def exec_preflight(built: Any, base: Any) -> str:
     env = {**os.environ, **base.env, **command_env(built, base.env)}
     if built.venv:
         env["PATH"] = os.pathsep.join([str(Path(built.python).parent), env.get("PATH", "")])
-    cwd = Path(base.cwd) if getattr(base, "cwd", None) else Path.cwd()
+    cwd = Path(base.cwd) if base.cwd else Path.cwd()
     exe = resolve_executable(base.command[0], cwd, env)
     if not os.path.isfile(exe) or not os.access(exe, os.X_OK):
         return f"the command {base.command[0]!r} is not an executable file under this stack"
@@ -273,7 +276,7 @@ class SoakTrials:
     artifacts from S's compiler when it pins one; writes RUN/stack.json (freeze, runtime,
     iree.runtime path, GPU libraries) and refuses a trial whose workers ran something else."""
 
-    def __init__(self, base: Any, built: dict[str, Any], out_dir: Path,
+    def __init__(self, base: SoakOptions, built: dict[str, Any], out_dir: Path,
                  log: Callable[[str], None] | None = None):
         self.base, self.built, self.out_dir = base, built, out_dir
         self.log = log or (lambda _line: None)
@@ -291,7 +294,7 @@ class SoakTrials:
             path = None
         elif built.compiler:
             from stress.programs import cache, targets
-            from stress.soak import choose_programs
+            from stress.soak.plan import choose_programs
 
             progs = choose_programs(self.base.programs, self.base.program_files)
             store = cache.ArtifactCache(self.base.cache_dir, compiler_path=built.compiler)
@@ -306,7 +309,7 @@ class SoakTrials:
 
     def run(self, stack: str, index: int, seed: int) -> Trial:
         from stress.runtimes.provision import check_facts, command_env, preflight
-        from stress.soak import run_soak
+        from stress.soak.run import run_soak
 
         built = self.built[stack]
         run_dir = self.out_dir / stack / f"trial-{index:04d}"
@@ -363,31 +366,17 @@ class SoakTrials:
 
 # --- commands (the CLI calls these) -----------------------------------------------------------
 
-_PLAN_FIELDS: tuple[str, ...] = (
-    "target", "device", "workers", "threads", "patterns", "programs", "program_files",
-    "duration_s", "invocations", "env", "max_failures", "timeout_s", "teardown_timeout_s",
-    "inject", "shard", "job_seed", "artifacts")
+def base_plan_key(base: SoakOptions, seed: int) -> str:
+    return plan_key({**base.plan_parts(), "seed": seed})
 
 
-_ENGINE_FIELDS: tuple[str, ...] = ("engine", "command", "done_regex", "record")  # when set
-
-
-def base_plan_key(base: Any, seed: int) -> str:
-    return plan_key({**_plan_parts(base), "seed": seed})
-
-
-def family_key(base: Any) -> str:
+def family_key(base: SoakOptions) -> str:
     """The plan without its seed: trials of one family under other seeds are more trials of
     the same experiment (bisect counts a compare's trials of its stacks)."""
-    return plan_key({**_plan_parts(base), "family": True})
+    return plan_key({**base.plan_parts(), "family": True})
 
 
-def _plan_parts(base: Any) -> dict[str, Any]:
-    return {**{f: getattr(base, f) for f in _PLAN_FIELDS},
-            **{f: getattr(base, f) for f in _ENGINE_FIELDS if hasattr(base, f)}}
-
-
-def prepare(stacks_file: Path, names: Sequence[str], base: Any,
+def prepare(stacks_file: Path, names: Sequence[str], base: SoakOptions,
             log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, str]]:
     """Loads the file, builds (or reuses) each named stack's venv. Any problem here is a
     UsageError (exit 2, one line naming the file and line) before a single trial runs."""
@@ -399,7 +388,7 @@ def prepare(stacks_file: Path, names: Sequence[str], base: Any,
     return build_all(spec.pick(spec.load(stacks_file), names), base, log)
 
 
-def build_all(chosen: Sequence[Any], base: Any,
+def build_all(chosen: Sequence[Any], base: SoakOptions,
               log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, str]]:
     from stress.runtimes import provision, spec
 
@@ -414,7 +403,7 @@ def build_all(chosen: Sequence[Any], base: Any,
     return built, keys
 
 
-def run_compare(base: Any, stacks_file: Path, a: str, b: str, max_pairs: int,
+def run_compare(base: SoakOptions, stacks_file: Path, a: str, b: str, max_pairs: int,
                 out_dir: Path | None, log: Callable[[str], None]) -> CompareResult:
     import os
     import time

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stress.analysis import rundata, signatures
 from stress.analysis.sequential import Decision
@@ -22,6 +22,9 @@ from stress.verdicts.gate import (
     failed_jobs,
 )
 from stress.vocab import Engine, FailureClass, StopReason
+
+if TYPE_CHECKING:
+    from stress.soak.options import SoakOptions
 
 
 class GateObserver:
@@ -136,10 +139,10 @@ def _pid() -> int:
     return os.getpid()
 
 
-def run_gate(opts: Any, spec: GateSpec) -> GateResult:
-    """Runs a soak (stress.soak.SoakOptions; its duration is the budget) that stops as soon as
-    the gate is decided, then decides from its store."""
-    from stress.soak import run_soak
+def run_gate(opts: SoakOptions, spec: GateSpec) -> GateResult:
+    """Runs a soak (its duration is the budget) that stops as soon as the gate is decided,
+    then decides from its store."""
+    from stress.soak.run import run_soak
 
     opts.results = gate_run_dir(opts.results)
     if opts.max_jobs_per_worker is None and Engine.of(opts.engine) is Engine.PYTHON:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stress.errors import UsageError
 from stress.fs import atomic_write
@@ -24,6 +24,9 @@ from stress.verdicts.compare import (
     render,
 )
 from stress.verdicts.trials import Cached, TrialCache, TrialRunner
+
+if TYPE_CHECKING:
+    from stress.soak.options import SoakOptions
 
 GRID_QUESTIONS: tuple[str, ...] = ("both sides", "ROCm side alone", "IREE side alone")
 
@@ -58,7 +61,7 @@ def render_grid(results: Sequence[CompareResult]) -> str:
     return "\n".join(lines)
 
 
-def run_grid(base: Any, stacks_file: Path, a: str, b: str, max_pairs: int,
+def run_grid(base: SoakOptions, stacks_file: Path, a: str, b: str, max_pairs: int,
              out_dir: Path | None, log: Callable[[str], None]) -> list[CompareResult]:
     import os
     import time

@@ -1,11 +1,16 @@
-"""Processes and cores for tests that need no real crash: pids of reaped processes, and fake
-ELF cores whose notes name their process and session as the kernel's do."""
+"""Processes and cores for tests that need no real crash: pids of reaped processes, fake ELF
+cores whose notes name their process and session as the kernel's do, and worker handles of a
+process that already ended."""
 
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
+import sys
 from pathlib import Path
+
+from stress.engine.workermanage import WorkerHandle
 
 
 def fake_core(path: Path, pid: int, tids: list[int], signum: int, *, sid: int = 0,
@@ -53,3 +58,13 @@ def dead_pids(n: int) -> list[int]:
         p.wait()
         out.append(p.pid)
     return out
+
+
+def ended_handle(tmp_path: Path, journal: Path, ephemeral: bool = False) -> WorkerHandle:
+    """A handle of a process that already exited 0, its message pipe's write end closed;
+    `journal` is where its journal is (or would be)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    read_fd, write_fd = os.pipe()
+    os.close(write_fd)
+    return WorkerHandle(0, 0, proc, read_fd, journal, tmp_path / "o", tmp_path / "e", ephemeral)

@@ -285,7 +285,7 @@ def test_a_forked_job_ends_exactly_as_a_spawned_one(server: ForkServer, tmp_path
         forked.close()
     msg_r, msg_w = os.pipe()
     spawned = subprocess.Popen(
-        [sys.executable, "-m", "stress.engine.exitpaths", "--config", str(config),
+        [sys.executable, "-m", "stress.engine.worker", "--config", str(config),
          "--worker-id", "0", "--journal", str(tmp_path / "spawned.bin"), "--msg-fd",
          str(msg_w)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, pass_fds=[msg_w], env=_env(), cwd=tmp_path)

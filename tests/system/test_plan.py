@@ -19,7 +19,7 @@ import pytest
 from stress.engine.jobs import Job, schedule
 from stress.engine.patterns import ALL_PATTERNS
 from stress.programs import corpus
-from stress.soak import choose_programs
+from stress.soak.plan import choose_programs
 from tests.conftest import REPO, run_cli
 
 _SEED = 2026

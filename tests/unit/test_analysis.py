@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from stress import stacktext
-from stress.analysis import signatures
+from stress.analysis import framerules, sigkeys, signatures, stacks
 from stress.analysis.exposure import Exposure
 from stress.analysis.rundata import RunData
 
@@ -58,9 +58,9 @@ def test_a_stalled_join_gets_one_signature_from_py_spy_and_from_gdb(tmp_path: Pa
 
 
 def test_the_signature_comes_from_the_failing_thread_not_the_first_one(tmp_path: Path) -> None:
-    failing = signatures.failing_stack(_row("hang", "invoke",
+    failing = stacks.failing_stack(_row("hang", "invoke",
                                             _folder(tmp_path, "a", "pyspy_spin.txt", 5009)))
-    helper = signatures.failing_stack(_row("hang", "invoke",
+    helper = stacks.failing_stack(_row("hang", "invoke",
                                            _folder(tmp_path, "b", "pyspy_spin.txt", 5005)))
     assert failing.frames[0] == "iree_fault_spin"
     assert helper.frames == ("busy [victim.py]",)
@@ -104,7 +104,7 @@ def test_a_core_dump_names_the_crashing_thread_below_its_signal_handler(tmp_path
     # the journal's tid (5359, the main thread) is overridden by the core's current thread
     row = _row("crash", "device-release", _folder(tmp_path, "a", "gdb_core_segv.txt", 5359),
                signal="SIGSEGV")
-    ev = signatures.failing_stack(row)
+    ev = stacks.failing_stack(row)
     assert ev.frames == ("iree_fault_segv", "fire", "pthread_join")
     assert ev.source == stacktext.StackTool.GDB_CORE.describe()
     dump = stacktext.parse((STACKS / "gdb_core_segv.txt").read_text())
@@ -115,7 +115,7 @@ def test_a_crash_with_only_faulthandler_output_uses_the_current_thread(tmp_path:
     folder = _folder(tmp_path, "a", "", None,
                      text="# faulthandler\nprocess was already dead; see stderr.tail\n",
                      stderr=(STACKS / "faulthandler_segv.txt").read_text())
-    ev = signatures.failing_stack(_row("crash", "device-release", folder, signal="SIGSEGV"))
+    ev = stacks.failing_stack(_row("crash", "device-release", folder, signal="SIGSEGV"))
     assert ev.frames == ("release_device [victim.py]",)
     assert "faulthandler" in ev.source
 
@@ -126,7 +126,7 @@ def test_harness_and_threading_frames_never_enter_a_signature() -> None:
             '  File "/usr/lib/python3.11/threading.py", line 982 in run\n')
     dump = stacktext.parse_faulthandler(text)
     assert dump.signal == "SIGSEGV"
-    assert signatures.meaningful(dump.threads[0].frames) == []
+    assert framerules.meaningful(dump.threads[0].frames) == []
 
 
 def test_the_engine_header_names_the_crashed_thread() -> None:
@@ -146,16 +146,16 @@ def test_every_sample_parses_into_threads_with_frames(sample: str) -> None:
 
 def test_rules_are_read_from_files_a_user_can_extend(tmp_path: Path) -> None:
     for name in ("irrelevant.txt", "prefix.txt", "signal_handler.txt"):
-        (tmp_path / name).write_text((signatures.SIGLISTS / name).read_text())
+        (tmp_path / name).write_text((framerules.SIGLISTS / name).read_text())
     with (tmp_path / "irrelevant.txt").open("a") as f:
         f.write("fire\n")
-    r = signatures.Rules.load(tmp_path)
+    r = framerules.Rules.load(tmp_path)
     dump = stacktext.parse((STACKS / "pyspy_spin.txt").read_text())
-    frames = signatures.meaningful(dump.thread(5009).frames, r)  # type: ignore[union-attr]
-    assert signatures.key_frames(frames, r)[:2] == ("iree_fault_spin", "pthread_join")
+    frames = framerules.meaningful(dump.thread(5009).frames, r)  # type: ignore[union-attr]
+    assert framerules.key_frames(frames, r)[:2] == ("iree_fault_spin", "pthread_join")
     (tmp_path / "prefix.txt").write_text("# broken\n(unclosed\n")
     with pytest.raises(ValueError, match=r"prefix.txt:2"):
-        signatures.Rules.load(tmp_path)
+        framerules.Rules.load(tmp_path)
 
 
 def test_errors_group_by_message_shape_and_count_exactly() -> None:
@@ -185,10 +185,10 @@ def test_a_failure_at_process_exit_is_rated_per_exit() -> None:
 
 
 def test_ids_are_a_hash_of_the_normalised_key_and_stable() -> None:
-    k = signatures.SignatureKey("crash", "SIGSEGV", "device-release", "",
+    k = sigkeys.SignatureKey("crash", "SIGSEGV", "device-release", "",
                                 ("iree_fault_segv", "fire"), "")
     assert k.text() == "crash|SIGSEGV|device-release||iree_fault_segv < fire|"
-    assert k.id == signatures.SignatureKey(*[getattr(k, f) for f in (
+    assert k.id == sigkeys.SignatureKey(*[getattr(k, f) for f in (
         "cls", "signal", "step", "state", "frames", "message")]).id
     assert k.id.startswith("S") and len(k.id) == 9
 
@@ -204,7 +204,7 @@ def test_cpu_specific_libc_variants_keep_one_id_across_machines() -> None:
                 "#3  0x00007f in _PyEval_EvalFrameDefault () at Python/ceval.c:3113\n")
         thread = stacktext.parse_gdb(text).crashed
         assert thread is not None
-        return signatures.key_frames(signatures.meaningful(thread.frames, crashed=True))
+        return framerules.key_frames(framerules.meaningful(thread.frames, crashed=True))
 
     assert key("__memset_avx512_unaligned_erms") == key("__memset_avx2_unaligned") == \
         ("memset", "iree_hal_buffer_map_zero")
@@ -219,7 +219,7 @@ def test_the_crashing_threads_own_step_corrects_a_misattributed_one(tmp_path: Pa
                     {"t": 2, "tid": 5365, "step": "job", "phase": "begin", "failing": False},
                     {"t": 3, "tid": 5365, "step": "device-release", "phase": "begin",
                      "failing": False}]
-    stack = signatures.failing_stack(row)
+    stack = stacks.failing_stack(row)
     assert stack.tid == 5365
     assert signatures.failing_step(row, stack) == "device-release"
     key = signatures.key_of(row, stack)
@@ -243,7 +243,7 @@ def test_a_hangs_faulthandler_dump_does_not_blame_the_thread_that_handled_the_si
     not the stuck one, and has no native tid to match: no frames rather than wrong ones."""
     folder = _folder(tmp_path, "a", "", 4242, text="# faulthandler\n",
                      stderr=(STACKS / "faulthandler_segv.txt").read_text())
-    hang = signatures.failing_stack(_row("hang", "invoke", folder, tid=4242))
+    hang = stacks.failing_stack(_row("hang", "invoke", folder, tid=4242))
     assert hang.frames == ()
-    crash = signatures.failing_stack(_row("crash", "invoke", folder, signal="SIGSEGV"))
+    crash = stacks.failing_stack(_row("crash", "invoke", folder, signal="SIGSEGV"))
     assert crash.frames == ("release_device [victim.py]",)

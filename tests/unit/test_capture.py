@@ -1,123 +1,29 @@
-"""Which thread a hang is pinned on when several are late (issue 8: never blame the wrong
-thing)."""
+"""What a process's end means (stress/engine/capture.py): clean, a harness error or a
+failure, and the Ending the session applies (which jobs run again, what is replaced)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from stress.engine import capture
-from stress.engine.callstacks import Stacks, StackSource
+from stress.engine.jobs import Job
 from stress.engine.journal import JournalWriter, Step
-from stress.engine.workermanage import WorkerHandle
-from stress.stacktext import Frame, ThreadStack
-
-
-def frames(*names: str) -> list[Frame]:
-    return [Frame(n) for n in names]
-
-def handle(tmp_path: Path, journal: Path) -> WorkerHandle:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    read_fd, write_fd = os.pipe()
-    os.close(write_fd)
-    return WorkerHandle(0, 0, proc, read_fd, journal, tmp_path / "o", tmp_path / "e", False)
-
-
-def test_a_thread_only_waiting_for_the_gil_passes_the_blame_to_the_one_holding_it(
-        tmp_path: Path) -> None:
-    path = tmp_path / "j.bin"
-    w = JournalWriter(path, slots=3)
-    victim, culprit = w.acquire(), w.acquire()
-    victim.begin(Step.INVOKE)
-    culprit.begin(Step.DEVICE_RELEASE)
-    h = handle(tmp_path, path)
-    reader = h.journal()
-    assert reader is not None
-    # rewrite the slots' native tids (both threads are this one in the test)
-    import struct
-
-    from stress.engine import journal as j
-
-    for slot, tid in ((victim.slot, 1111), (culprit.slot, 2222)):
-        struct.pack_into("<QQ", w._mm, j._slot_offset(slot, w.ring_len), tid, 0)
-    stacks = Stacks(StackSource.PYSPY, "", threads=[
-        ThreadStack(1111, name="job-0", frames=frames("futex_wait", "take_gil",
-                                                      "PyEval_RestoreThread")),
-        ThreadStack(2222, name="job-1", frames=frames("syscall", "iree_fault_block",
-                                                      "pthread_join"))])
-    assert capture._culprit_slot(h, victim.slot, stacks) == culprit.slot
-    stacks.threads[1].frames = frames("take_gil")  # both wait: nobody better to blame
-    assert capture._culprit_slot(h, victim.slot, stacks) == victim.slot
-    h.close()
+from stress.store.db import RunStore
+from tests.helpers.engine import recorder
+from tests.helpers.procs import ended_handle
 
 
 def test_a_worker_dead_of_a_python_exception_before_hello_is_told_apart_from_a_crash(
         tmp_path: Path) -> None:
     """A stack whose workers cannot import (issue 11: an infrastructure failure, not a
     runtime crash) dies with a traceback and status 1 before its hello."""
-    h = handle(tmp_path, tmp_path / "j.bin")
+    h = ended_handle(tmp_path, tmp_path / "j.bin")
     h.stderr_path.write_text("Traceback (most recent call last):\n  File \"x\", line 1\n"
                              "ModuleNotFoundError: No module named 'iree'\n")
     assert capture._python_exception(h) == "ModuleNotFoundError: No module named 'iree'"
     h.stderr_path.write_text("Fatal Python error: Segmentation fault\n\nCurrent thread 0x1\n")
     assert capture._python_exception(h) == ""
     h.close()
-
-
-def test_a_core_that_names_another_thread_than_the_journal_blamed_is_said_in_the_evidence(
-        tmp_path: Path) -> None:
-    """The journal blamed thread 1111; the core says 2222, also a journal thread, took the
-    signal: failure.json and the stored evidence say both (never silently one of them)."""
-    import json
-    from concurrent.futures import Future
-    from types import SimpleNamespace
-
-    from stress.engine import evidence, kernellog
-
-    stacks = Stacks(StackSource.CORE_GDB, "", crashed_tid=2222,
-                    threads=[ThreadStack(2222, frames=frames("boom"))], signal=11)
-    fut: Future[evidence.CrashEvidence] = Future()
-    fut.set_result(evidence.CrashEvidence(stacks, kernellog.KernelLog(None)))
-    updates: list[tuple[int, dict[str, object], int | None]] = []
-    store = SimpleNamespace(update_failure=lambda row, ev, tid: updates.append((row, ev, tid)))
-    folder = tmp_path / "f"
-    folder.mkdir()
-    pending = capture.PendingCrash(fut, 7, folder, {"native_tid": 1111, "attribution":
-                                                    "faulthandler"}, {}, [1111, 2222])
-    s = SimpleNamespace(pending_crashes=[pending], store=store)
-    capture.collect_finished(s, wait=True)  # type: ignore[arg-type]
-    (row, ev, _), = updates
-    assert row == 7 and "2222" in str(ev["blame_conflict"])
-    assert "1111" in str(ev["blame_conflict"])
-    meta = json.loads((folder / "failure.json").read_text())
-    assert meta["blame_conflict"] == ev["blame_conflict"]
-
-
-def test_the_evidence_budget_spends_the_first_n_then_every_n_times_a_power_of_two() -> None:
-    from collections import Counter
-
-    seen: Counter[str] = Counter()
-    full = [n for n in range(1, 70) if capture.spend(seen, "crash|SIGSEGV|teardown", 3)[0]]
-    assert full == [1, 2, 3, 6, 12, 24, 48]
-    assert seen["crash|SIGSEGV|teardown"] == 69
-    other: Counter[str] = Counter()
-    assert all(capture.spend(other, "k", 0)[0] for _ in range(20))  # 0: no budget
-
-
-def test_the_evidence_mode_is_known_before_the_core_is_read_and_keeps_step_and_pattern(
-        ) -> None:
-    from stress.vocab import FailureClass
-
-    exit_key = capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "worker-exit", "exit-clean")
-    assert exit_key != capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "device-release",
-                                            "exit-clean")
-    assert exit_key != capture.evidence_key(FailureClass.CRASH, "SIGSEGV", "worker-exit",
-                                            "exit-alive")
-    assert exit_key != capture.evidence_key(FailureClass.CRASH, "SIGABRT", "worker-exit",
-                                            "exit-clean")
 
 
 def _exit(rc: int, said_bye: bool = True, said_hello: bool = True, expected_rc: int = 0,
@@ -154,3 +60,63 @@ def test_a_worker_that_dies_of_an_import_error_before_its_hello_could_not_start(
     assert _exit(1, said_bye=False, said_hello=True,
                  python_exception=err) is capture.ExitKind.FAILURE  # after hello: the run's
     assert _exit(1, said_bye=False, said_hello=False) is capture.ExitKind.FAILURE
+
+
+def _jobs(*indices: int) -> dict[int, Job]:
+    return {i: Job(i, "p", "shared", i, 10) for i in indices}
+
+
+def test_a_dead_workers_jobs_run_again_but_the_one_that_failed(tmp_path: Path) -> None:
+    h = ended_handle(tmp_path, tmp_path / "none.bin")
+    h.outstanding = _jobs(1, 2, 3)
+    assert [j.index for j in capture.rerun_jobs(h, h.outstanding[2])] == [1, 3]
+    assert not h.outstanding  # taken off the dead worker
+    h.close()
+
+
+def test_a_failure_pinned_on_no_job_reruns_none_of_the_jobs_the_worker_had_begun(
+        tmp_path: Path) -> None:
+    """One of the begun jobs caused it: rerunning it elsewhere would spread the blame."""
+    path = tmp_path / "j.bin"
+    w = JournalWriter(path, slots=2)
+    slot = w.acquire()
+    slot.job = 1
+    slot.begin(Step.INVOKE)
+    h = ended_handle(tmp_path, path)
+    h.outstanding = _jobs(1, 2, 3)
+    assert [j.index for j in capture.rerun_jobs(h, None)] == [2, 3]
+    h.close()
+
+
+def test_a_job_process_that_cannot_start_is_a_harness_error_counted_in_the_restart_window(
+        tmp_path: Path) -> None:
+    """Status 70 (our own code failed in the worker): its job runs again, nothing is
+    recorded as a failure, and a one-job process counts against --max-worker-restarts."""
+    store = RunStore(tmp_path)
+    rec = recorder(tmp_path, store)
+    h = ended_handle(tmp_path, tmp_path / "none.bin", ephemeral=True)
+    h.outstanding = _jobs(4)
+    h.db_row = store.add_worker("r1", 0, 0, h.pid)
+    ending = capture.on_exit(rec, h, capture.EXIT_HARNESS, 0)
+    assert [j.index for j in ending.rerun] == [4] and ending.replace and ending.count_restart
+    assert "failed in iree-stress's own code" in ending.harness_error
+    assert ending.failed is None and rec.tally.failure_count == 0
+    h.close()
+    store.close()
+
+
+def test_a_crash_is_recorded_once_pinned_on_its_job_which_does_not_run_again(
+        tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    rec = recorder(tmp_path, store)
+    h = ended_handle(tmp_path, tmp_path / "none.bin", ephemeral=True)
+    h.outstanding = _jobs(4)
+    h.db_row = store.add_worker("r1", 0, 0, h.pid)
+    h.hello_at = 1.0
+    ending = capture.on_exit(rec, h, 3, 0)  # exited with status 3 while running its job
+    assert ending.rerun == [] and ending.replace and not ending.count_restart
+    assert ending.failed is not None and ending.failed.job is not None
+    assert ending.failed.job.index == 4 and ending.failed.classes == ("crash",)
+    assert rec.tally.failures_by_class["crash"] == 1 and rec.folders == 1
+    h.close()
+    store.close()

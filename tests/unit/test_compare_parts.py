@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from stress.cli import cli
-from stress.soak import SoakOptions
+from stress.soak.options import SoakOptions
 from stress.verdicts.compare import SoakTrials, Verdict, compare, render
 from stress.verdicts.trials import Cached, Trial, TrialCache
 
@@ -160,12 +160,12 @@ class FakeSoak:
 
 def soak_trials(tmp_path: Path, summary: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
                 venv: str = "") -> tuple[SoakTrials, FakeSoak]:
-    import stress.soak
+    import stress.soak.run
     from stress.runtimes.provision import Built
     from stress.runtimes.spec import Stack
 
     fake = FakeSoak(summary)
-    monkeypatch.setattr(stress.soak, "run_soak", fake)
+    monkeypatch.setattr(stress.soak.run, "run_soak", fake)
     st = Stack("b", requirements=("iree-base-runtime==3.12.0",), env=(("K", "v"),))
     built = Built(st, sys.executable, {"K": "v"}, ["iree-base-runtime==3.12.0"], venv)
     base = SoakOptions(

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from stress.engine.forkclient import ForkServer, ForkServerDown, ForkServerUnsafe
-from stress.engine.forkserver import Msg, check_fork_safety, decode, encode
+from stress.engine.forkserver import EXIT_CHILD_SETUP, Msg, check_fork_safety, decode, encode
 
 REPO = Path(__file__).resolve().parents[2]
 _STARTUP_S: float = 120.0  # imports numpy + iree.runtime on a loaded 2-core machine
@@ -127,13 +128,12 @@ def test_the_exit_family_names_six_paths_and_only_sigterm_expects_a_signal_death
         assert exitpaths.PATTERNS[name].name == name and exitpaths.PATTERNS[name].summary
 
 
-def test_registering_the_family_keeps_patterns_already_registered() -> None:
-    from stress.engine import exitpaths
+def test_a_worker_runs_the_exit_family_beside_the_in_process_patterns() -> None:
+    from stress.engine import exitpaths, patterns, worker
 
-    mine = object()
-    registry: dict[str, object] = {"exit-clean": mine}
-    exitpaths.register(registry)  # type: ignore[arg-type]
-    assert registry["exit-clean"] is mine and set(registry) == set(exitpaths.FAMILY)
+    assert set(worker.RUNS) == {*patterns.PATTERNS, *exitpaths.FAMILY}
+    assert all(worker.RUNS[name] is exitpaths.PATTERNS[name] for name in exitpaths.FAMILY)
+    assert not set(patterns.PATTERNS) & set(exitpaths.FAMILY)  # neither hides the other
 
 
 def test_leave_with_nothing_pending_returns_for_paths_that_exit_normally() -> None:
@@ -143,3 +143,51 @@ def test_leave_with_nothing_pending_returns_for_paths_that_exit_normally() -> No
     assert exitpaths.pending() is None
     for path in (None, ExitPath.CLEAN, ExitPath.ALIVE, ExitPath.THREAD):
         exitpaths.leave(path)  # returns: the caller exits normally
+
+
+# A fork request served by a real Server, whose child first runs after its server has died
+#   (as on a loaded machine: the server answered `forked` and was killed before the child was
+#   scheduled). The child's first calls (os.getppid, which the old code read first, and its
+#   own process group) wait for that death; this process is the subreaper, so the orphan comes
+#   back to it to be waited for.
+_LATE_CHILD = """
+import ctypes, os, socket, time
+from stress.engine import forkserver
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+r, w = os.pipe()
+server = os.fork()
+if server == 0:
+    me, real, own_group = os.getpid(), os.getppid, forkserver._own_group
+    def first_run_after_the_server_died():
+        while real() == me:
+            time.sleep(0.005)
+        return real()
+    def late_own_group(pid):
+        if pid == 0:  # the child's own (the server's call names the child)
+            first_run_after_the_server_died()
+        own_group(pid)
+    os.getppid = first_run_after_the_server_died  # only the child asks
+    forkserver._own_group = late_own_group
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    srv = forkserver.Server(ours, 0)
+    fds = [os.open(os.devnull, os.O_WRONLY) for _ in range(3)]
+    if srv.on_fork({"id": 1, "argv": []}, fds) is not None:
+        os._exit(0)  # the child, set up: it would run its job now
+    os.write(w, str(next(iter(srv.children))).encode())
+    os._exit(0)  # the server dies
+os.close(w)
+child = int(os.read(r, 32))
+os.waitpid(server, 0)
+print(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux only")
+def test_a_child_that_first_runs_after_its_server_died_leaves_at_once() -> None:
+    """It must not live on, adopted, waiting for jobs that never come: the server's pid is
+    taken before the fork (read in the child, it was the adopter's: a killed server's child
+    outlived it in test_forked_exits under load)."""
+    out = subprocess.run([sys.executable, "-c", _LATE_CHILD], capture_output=True, text=True,
+                         env=_env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(EXIT_CHILD_SETUP)]

@@ -10,7 +10,7 @@ import pytest
 
 from stress import fs
 from stress.options import _default_cache_dir
-from stress.repro import repro_options
+from stress.soak.repro import repro_options
 
 
 def test_the_cache_is_iree_stress_cache_else_xdg_cache_home_else_the_home_cache(

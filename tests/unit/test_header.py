@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from stress.analysis import header
-from stress.soak import recorded_command
+from stress.soak.plan import recorded_command
 
 CUDA: dict[str, Any] = {
     "tool_version": "0.1.0", "iree_compiler": "3.13.0rc20261016 @ 89ece87b89852100c0a4ac3d515e"
@@ -61,7 +61,8 @@ def test_a_drawn_seed_goes_before_an_exec_command_not_into_it() -> None:
     argument of the user's command, and the rerun drew another seed."""
     from pathlib import Path
 
-    from stress.soak import SoakOptions, _command
+    from stress.soak.options import SoakOptions
+    from stress.soak.plan import command_line
 
     opts = SoakOptions(target=None, device=None, workers=1, threads=1, patterns=[],
                        programs=[], program_files=[], duration_s=None, invocations=4,
@@ -70,7 +71,7 @@ def test_a_drawn_seed_goes_before_an_exec_command_not_into_it() -> None:
                        shard=(0, 1), job_seed=None, cache_dir=Path("."), compile_jobs=1,
                        progress=False, argv=["--engine", "exec", "--", "./t", "{seed}"],
                        from_env=["--workers", "2"])
-    assert _command(opts, 77).endswith(
+    assert command_line(opts, 77).endswith(
         "--engine exec --workers 2 --seed 77 -- ./t '{seed}'")
 
 

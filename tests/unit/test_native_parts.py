@@ -15,17 +15,19 @@ from stress.engine import replay
 from stress.engine.native import (
     _LOG_KEEP_BYTES,
     NativeRunner,
-    NativeTools,
     ProgramData,
-    ToolsMissing,
-    bench_argv,
     check,
-    find_tools,
     prepare,
-    replay_argv,
-    run_argv,
     status_message,
     unsupported,
+)
+from stress.engine.nativetools import (
+    NativeTools,
+    ToolsMissing,
+    bench_argv,
+    find_tools,
+    replay_argv,
+    run_argv,
 )
 from stress.engine.workermanage import State, WorkerHandle
 from stress.programs import corpus

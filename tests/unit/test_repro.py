@@ -13,7 +13,7 @@ from stress.engine import evidence
 from stress.engine.config import SoakConfig
 from stress.engine.jobs import Job
 from stress.programs import targets
-from stress.repro import repro_options, run_config, store_of
+from stress.soak.repro import repro_options, run_config, store_of
 from stress.store.db import RunStore
 
 

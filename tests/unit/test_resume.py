@@ -1,4 +1,4 @@
-"""`soak --resume` (stress/resume.py, issue 28 item 1): the folder's plan goes on."""
+"""`soak --resume` (stress/soak/resume.py, issue 28 item 1): the folder's plan goes on."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from stress.engine.config import SoakConfig
 from stress.errors import UsageError
 from stress.programs import corpus, targets
-from stress.resume import continue_plan, planned_before
-from stress.soak import SoakOptions
+from stress.soak.options import SoakOptions
+from stress.soak.resume import continue_plan, planned_before
 
 PLAN = {"seed": 5, "target": "cpu", "programs": ["unary.exp.f32.64x64"],
         "patterns": ["shared", "churn"], "shard": [0, 1], "job_seed": None, "inject": [],

@@ -12,13 +12,12 @@ from typing import Any
 import pytest
 
 from stress.engine import session as session_module
-from stress.engine.config import SoakConfig
 from stress.engine.invocation import JobResult
 from stress.engine.jobs import Job
 from stress.engine.session import Session
 from stress.engine.workermanage import LaunchSpec, State, WorkerHandle
-from stress.programs import targets
 from stress.store.db import RunStore
+from tests.helpers.engine import soak_config
 
 _FAKE_PID_BASE: int = 1 << 30  # above any pid_max: a signal to such a group reaches nobody
 _RUN_NEVER_ENDS_S: float = 600.0  # fake seconds: every run here ends within a few
@@ -117,6 +116,9 @@ class FakeRunner:
                 h.inbox.append(("bye", {}))
                 proc.returncode = 0
 
+    def ready(self) -> bool:
+        return True
+
     def close(self) -> None:
         pass
 
@@ -143,11 +145,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
 def soak(tmp_path: Path, runner: FakeRunner, stream: Callable[[], Any],
          **cfg: Any) -> tuple[Session, str]:
-    base: dict[str, Any] = {"workers": 1, "threads": 1, "patterns": ["shared"],
-                            "progress": False}
-    base.update(cfg)
-    config = SoakConfig(target=targets.parse("cpu"), driver="local-task", device_uri="local-task",
-                        programs=[], artifacts={}, seed=1, results_dir=tmp_path, **base)
+    config = soak_config(tmp_path, **cfg)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     s = Session(config, "r1", run_dir, RunStore(run_dir), runner=runner, stream=stream)
@@ -231,7 +229,7 @@ def test_an_interrupt_stops_every_worker_and_the_run_says_interrupted(
     def step_then_interrupt() -> None:
         step()
         if len(runner.ran) >= 5 and sessions:
-            sessions[0]._on_signal(signal.SIGINT, None)
+            sessions[0].interrupts.note(signal.SIGINT, None)
 
     clock.on_sleep = step_then_interrupt
     original = Session.run

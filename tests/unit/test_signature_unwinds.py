@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from stress.analysis import known, report, signatures
+from stress.analysis import known, report, sigkeys, signatures
 from stress.analysis.rundata import RunData
-from stress.analysis.signatures import SignatureKey
+from stress.analysis.sigkeys import SignatureKey
 
 RT = ("/venv/lib/python3.11/site-packages/iree/_runtime_libs/"
       "_runtime.cpython-311-x86_64-linux-gnu.so")
@@ -140,7 +140,7 @@ def test_an_unwind_with_no_symbols_or_modules_is_not_made_known_and_the_report_s
 def test_a_known_key_from_a_poor_unwind_never_claims_a_richer_new_crash(tmp_path: Path) -> None:
     h200 = signatures.build(data([crash_row(0, core_folder(tmp_path, "b", NO_LIBC[:2]))]))[0]
     fresh = signatures.build(data([crash_row(0, core_folder(tmp_path, "n", SYM))]))[0]
-    assert signatures.compatible(fresh.key, h200.key)  # one mode, as far as frames can tell
+    assert sigkeys.compatible(fresh.key, h200.key)  # one mode, as far as frames can tell
     f = tmp_path / "known.toml"
     f.write_text(f'[[known]]\nkey = "{h200.key.detailed()}"\nnote = "seen on the H200"\n')
     assert known.load(f).lookup_signature(fresh) is None  # but a poorer entry claims nothing
@@ -161,15 +161,15 @@ def test_a_known_key_from_a_poor_unwind_never_claims_a_richer_new_crash(tmp_path
 ])
 def test_compatibility_is_position_by_position_with_one_named_frame_in_common(
         a: str, b: str, why: str | None) -> None:
-    assert signatures.compatible(SignatureKey.parse(a), SignatureKey.parse(b)) == why
-    assert signatures.compatible(SignatureKey.parse(b), SignatureKey.parse(a)) == why
+    assert sigkeys.compatible(SignatureKey.parse(a), SignatureKey.parse(b)) == why
+    assert sigkeys.compatible(SignatureKey.parse(b), SignatureKey.parse(a)) == why
 
 
 def test_an_unsymbolized_frame_of_another_module_is_not_compatible() -> None:
     a = SignatureKey.parse("crash|SIGSEGV|teardown||f < ?? [libcuda.so] < h|")
     b = SignatureKey("crash", "SIGSEGV", "teardown", "", ("f", "g", "h"), "",
                      ("libc.so", "_runtime.so", "python"))
-    assert signatures.compatible(a, b) is None
+    assert sigkeys.compatible(a, b) is None
 
 
 def test_a_known_key_that_is_not_a_key_is_refused_in_one_line(tmp_path: Path) -> None:

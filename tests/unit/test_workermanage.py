@@ -48,3 +48,21 @@ def _alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_worker_near_its_job_limit_has_room_only_for_the_jobs_it_has_left(
+        tmp_path: Path) -> None:
+    from stress.engine.jobs import Job
+    from tests.helpers.procs import ended_handle
+
+    h = ended_handle(tmp_path, tmp_path / "j.bin")
+    assert h.room(4) == 4  # no limit
+    h.job_limit = 5
+    h.send_jobs([Job(i, "p", "shared", i, 1) for i in range(3)])
+    assert h.room(4) == 4  # holds 3, may be sent 2 more
+    h.finished(0)
+    assert h.room(4) == 4 and h.room(2) == 2
+    h.finished(1)
+    h.finished(2)
+    assert h.room(4) == 2 and not h.retiring
+    h.close()

@@ -1,4 +1,4 @@
-"""procstate: which late thread waits for the GIL (a victim) and which stalled, read from
+"""gilwait: which late thread waits for the GIL (a victim) and which stalled, read from
 /proc/PID/task/TID/syscall before any evidence tool touches the process."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stress.engine import procstate
+from stress.engine import gilwait
 
 # a release stalled in native code while holding the GIL (ctypes.PyDLL keeps it), and a
 #   thread whose native call ended meanwhile and now waits for the GIL to come back
@@ -32,13 +32,13 @@ _GIL_SCENE = textwrap.dedent("""
 def test_a_timed_futex_wait_is_told_apart_from_untimed_waits_and_running() -> None:
     gil = "202 0x7f9af734e6f0 0x89 0x0 0x7f9af685da40 0x0 0xffffffff 0x7f9af685d910 0x7f9a"
     join = "202 0x7f9af734e6f0 0x80 0x1c2 0x0 0x0 0x0 0x7f9af685d910 0x7f9af6ca3f16"
-    assert procstate.in_timed_futex_wait(gil)
-    assert not procstate.in_timed_futex_wait(join)  # a thread join: no timeout
-    assert not procstate.in_timed_futex_wait("34 0x0 0x0 0x2 0x0 0x0 0x5600 0x7ffe 0x7f9a")
-    assert not procstate.in_timed_futex_wait("running")
-    assert not procstate.in_timed_futex_wait("-1 0x7ffe 0x7f9a")
-    assert procstate.parse_syscall("running") is None
-    assert procstate.parse_syscall(join) == (202, [0x7f9af734e6f0, 0x80, 0x1c2, 0, 0, 0])
+    assert gilwait.in_timed_futex_wait(gil)
+    assert not gilwait.in_timed_futex_wait(join)  # a thread join: no timeout
+    assert not gilwait.in_timed_futex_wait("34 0x0 0x0 0x2 0x0 0x0 0x5600 0x7ffe 0x7f9a")
+    assert not gilwait.in_timed_futex_wait("running")
+    assert not gilwait.in_timed_futex_wait("-1 0x7ffe 0x7f9a")
+    assert gilwait.parse_syscall("running") is None
+    assert gilwait.parse_syscall(join) == (202, [0x7f9af734e6f0, 0x80, 0x1c2, 0, 0, 0])
 
 
 @contextlib.contextmanager
@@ -61,12 +61,12 @@ def _scene(source: str, settled: Callable[[int, list[int]], bool]) -> Iterator[l
 
 @pytest.mark.skipif(not Path("/proc/self/syscall").exists(), reason="no /proc/PID/syscall")
 def test_the_thread_waiting_for_the_gil_is_the_victim_and_the_one_holding_it_is_not() -> None:
-    with _scene(_GIL_SCENE, lambda pid, ids: procstate.waits_for_gil(pid, ids[1])) as ids:
+    with _scene(_GIL_SCENE, lambda pid, ids: gilwait.waits_for_gil(pid, ids[1])) as ids:
         pid, culprit, victim = ids
-        assert procstate.waits_for_gil(pid, victim), \
+        assert gilwait.waits_for_gil(pid, victim), \
             "the thread waiting for the GIL was never seen in a timed futex wait"
-        assert not procstate.waits_for_gil(pid, culprit)
-        by_slot = procstate.GilCheck(pid, {0: culprit, 1: victim, 2: 0}.__getitem__)
+        assert not gilwait.waits_for_gil(pid, culprit)
+        by_slot = gilwait.GilCheck(pid, {0: culprit, 1: victim, 2: 0}.__getitem__)
         assert [by_slot(s) for s in (0, 1, 2)] == [False, True, False]
         # what it read is kept for the failure's record: the holder's untimed pause
         #   (rt_sigsuspend / pause: not a futex), the victim's timed waits, nothing for no tid
@@ -94,10 +94,10 @@ _CROWDED_GIL_SCENE = textwrap.dedent("""
 @pytest.mark.skipif(not Path("/proc/self/syscall").exists(), reason="no /proc/PID/syscall")
 def test_every_one_of_eight_threads_waiting_for_the_gil_is_a_victim_on_every_check() -> None:
     def settled(pid: int, ids: list[int]) -> bool:
-        return all(procstate.waits_for_gil(pid, v) for v in ids[1:])
+        return all(gilwait.waits_for_gil(pid, v) for v in ids[1:])
 
     with _scene(_CROWDED_GIL_SCENE, settled) as ids:
         pid, culprit, *victims = ids
-        missed = [v for _ in range(30) for v in victims if not procstate.waits_for_gil(pid, v)]
+        missed = [v for _ in range(30) for v in victims if not gilwait.waits_for_gil(pid, v)]
         assert not missed, f"{len(missed)} of {30 * len(victims)} checks blamed a victim"
-        assert not procstate.waits_for_gil(pid, culprit)
+        assert not gilwait.waits_for_gil(pid, culprit)

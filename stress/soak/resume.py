@@ -21,6 +21,7 @@ from stress.engine.config import SoakConfig
 from stress.engine.jobs import schedule
 from stress.errors import UsageError
 from stress.programs.program import Program
+from stress.soak.options import SoakOptions
 from stress.vocab import Engine
 
 # click parameter -> (SoakOptions field, config key, part of the plan)
@@ -73,7 +74,7 @@ def _same(key: str, given: Any, stored: Any) -> bool:
     return bool(given == stored)
 
 
-def continue_plan(opts: Any, runs: list[dict[str, Any]]) -> Any:
+def continue_plan(opts: SoakOptions, runs: list[dict[str, Any]]) -> SoakOptions:
     """SoakOptions for the next run of the plan of `runs` (the folder's runs, oldest first)."""
     cfg = runs[-1]["config"]
     if not cfg:

@@ -15,7 +15,9 @@ from typing import Any
 from stress.analysis import header
 from stress.errors import UsageError
 from stress.fs import default_cache_dir
-from stress.soak import SoakOptions, native_tools, run_soak
+from stress.soak.options import SoakOptions
+from stress.soak.plan import native_tools
+from stress.soak.run import run_soak
 from stress.store import readers
 from stress.store.db import DB_NAME
 from stress.vocab import Engine
@@ -172,7 +174,7 @@ def run_replays(folder: Path, device: str, times: int, python: str | None) -> li
     """iree-run-replay of the folder's recorded HAL stream (or of the replay file `folder`)
     on `device`, `times` times."""
     from stress.engine import procstate
-    from stress.engine.native import replay_argv
+    from stress.engine.nativetools import replay_argv
 
     replays = [folder] if folder.is_file() else sorted(folder.glob("*.ireereplay"))
     if not replays:
