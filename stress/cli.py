@@ -383,7 +383,8 @@ def repro(folder: Path, times: int, with_replay: bool, device: str | None,
     program, pattern, input seed, command, environment and interpreter, one at a time, and
     say how often it fails the same way (a count and a rate, with a 95% interval) beside the
     original run's rate. The reruns are a run of their own in FOLDER/repro-TIME/; every
-    failure folder's repro.sh runs this command. Exit 1 when it failed again, 0 when not.
+    failure folder's repro.sh runs this command. Exit 1 when it failed again, 0 when not, 3
+    when interrupted before it failed again.
     With --replay, FOLDER may also be a recorded healthy job's replay
     (RUN_DIR/native/replays/*.ireereplay): only that is replayed."""
     from stress.soak.repro import repro as repro_run
@@ -397,7 +398,9 @@ def repro(folder: Path, times: int, with_replay: bool, device: str | None,
     result = repro_run(folder, times, device, with_replay=with_replay, progress=not quiet)
     click.echo(result.describe())
     bad_replay = any(rc != 0 for rc in result.replays)
-    sys.exit(EXIT_FAILURES if result.failed or bad_replay else EXIT_OK)
+    if result.failed or bad_replay:
+        sys.exit(EXIT_FAILURES)
+    sys.exit(EXIT_INCONCLUSIVE if result.interrupted else EXIT_OK)
 
 
 def main() -> None:

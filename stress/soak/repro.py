@@ -20,7 +20,7 @@ from stress.soak.plan import native_tools
 from stress.soak.run import run_soak
 from stress.store import readers
 from stress.store.db import DB_NAME
-from stress.vocab import Engine
+from stress.vocab import Engine, RunStatus
 
 _STORE_LEVELS: int = 3  # FAILURE_DIR/../.. is the run folder; a resumed run's is one more up
 _REPLAY_TIMEOUT_S: float = 120.0  # one iree-run-replay of a recorded job's HAL stream
@@ -40,6 +40,8 @@ class ReproResult:
     original: dict[str, Any] | None = None  # the original signature's rate, when known
     replays: list[int] = field(default_factory=list)  # iree-run-replay exit codes
     header: list[tuple[str, str]] = field(default_factory=list)  # what the reruns tested
+    asked: int = 0  # the runs asked for (--times)
+    interrupted: bool = False  # the reruns were stopped (Ctrl-C, SIGTERM) before the end
 
     def describe(self) -> str:
         rate = self.failed / self.runs if self.runs else 0.0
@@ -47,6 +49,9 @@ class ReproResult:
         lines = [*head, f"{self.folder.name}: {self.cls} again in {self.failed}/{self.runs} runs: "
                  f"rate {rate:.0%} (95% interval {self.low:.0%}-{self.high:.0%}) -> "
                  f"{self.run_dir}"]
+        if self.interrupted:  # a rate of 0 from a cut-short rerun must not read as an answer
+            lines.append(f"  interrupted after {self.runs} of {self.asked} runs: "
+                         "not an answer on its own")
         if self.original and self.original.get("ci_low") is not None:
             lo, hi = self.original["ci_low"], self.original["ci_high"]
             inside = "within" if lo <= rate <= hi else "outside"
@@ -163,7 +168,9 @@ def repro(folder: Path, times: int, replay_device: str | None = None, *,
     result = ReproResult(folder, meta["class"], len(jobs), len(failing), low, high, out,
                          original_signature(root, folder),
                          header=header.rows([summary.get("manifest") or {}],
-                                            [str(summary.get("command") or "")]))
+                                            [str(summary.get("command") or "")]),
+                         asked=times,
+                         interrupted=summary.get("status") == RunStatus.INTERRUPTED)
     if with_replay:
         result.replays = run_replays(folder, replay_device or cfg.get("device_uri") or
                                      "local-task", times, cfg.get("python"))

@@ -141,8 +141,10 @@ def check_free(results: Path | None, resume: bool = False) -> list[dict[str, Any
         runs = runs_in(results)
         if not resume:
             last = f" ({_describe(runs[-1])})" if runs else ""
-            raise UsageError(f"{results} already holds a run{last}: --resume continues its "
-                             "plan there as a new run, or choose a new --results folder")
+            # gate, compare and bisect have no --resume: name the command that has it
+            raise UsageError(f"{results} already holds a run{last}: choose a new --results "
+                             "folder (`iree-stress soak --resume` continues a soak's plan "
+                             "there as a new run)")
         return runs
     if results.is_dir() and any(results.iterdir()):
         raise UsageError(f"{results} is not empty and holds no run: --results needs a new or "

@@ -5,9 +5,13 @@ artifact cache is the one soak uses (XDG_CACHE_HOME without IREE_STRESS_CACHE)."
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,3 +54,51 @@ def test_a_python_engine_failures_repro_sh_reruns_its_job_with_iree_stress_repro
     report = run_cli("report", str(reruns[0]))
     assert again in report.stdout.splitlines(), report.stdout[:2000]
     assert list((tmp_path / "xdg" / "iree-stress" / "vmfb").glob("*/*.vmfb"))  # soak's cache
+
+
+def test_a_repro_stopped_by_ctrl_c_before_it_failed_again_exits_3_and_says_so(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """Ctrl-C anywhere exits 3 (issue 28 item 5): a repro cut short with no failure seen is
+    not "does not reproduce" (before: exit 0, "crash again in 0/52 runs: rate 0%" for 500
+    asked, no word of the interruption)."""
+    run = tmp_path / "run"
+    res = run_cli("soak", "-t", "cpu", "-w", "1", "--threads", "1", "--programs",
+                  "unary.exp.f32.64x64", "--patterns", "per-call", "--inject",
+                  "segv@invoke:0.5", "--max-failures", "1", "-d", "30s", "-q",
+                  "--results", str(run))
+    assert res.rc == 1, res.stderr[-2000:]
+    folder = next((run / "failures").iterdir())
+    db = sqlite3.connect(run / "stress.db")  # the job no longer fails when rerun
+    (run_id, config), = db.execute("SELECT run_id, config FROM runs").fetchall()
+    db.execute("UPDATE runs SET config = ? WHERE run_id = ?",
+               (json.dumps({**json.loads(config), "inject": []}), run_id))
+    db.commit()
+    db.close()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "stress", "repro", str(folder), "--times",
+                             "100000", "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _reruns_stored(folder):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, (out, err[-2000:])
+    line = next(x for x in out.splitlines() if " again in " in x)
+    assert "crash again in 0/" in line, out
+    assert "interrupted after " in out and " of 100000 runs" in out, out
+
+
+def _reruns_stored(folder: Path) -> bool:
+    """A rerun job of `folder`'s repro has finished and is in its store."""
+    for db_path in folder.glob("repro-*/stress.db"):
+        try:
+            db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1)
+            n = db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+            db.close()
+        except sqlite3.Error:
+            continue
+        if n:
+            return True
+    return False

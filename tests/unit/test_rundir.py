@@ -30,7 +30,11 @@ def test_a_folder_that_holds_a_run_is_refused_in_one_line_naming_it(tmp_path: Pa
     with pytest.raises(UsageError) as err:
         rundir.prepare(tmp_path / "r", 6)
     assert "already holds a run (r, completed" in str(err.value)
-    assert "--resume" in str(err.value) and "\n" not in str(err.value)
+    # the way out a gate's, compare's or bisect's user can take comes first; --resume is
+    #   soak's alone, and says so (before: "--resume continues its plan", for every command)
+    said = str(err.value).split(": ", 1)[1]
+    assert said.startswith("choose a new --results folder"), said
+    assert "soak --resume" in said and "\n" not in said
 
 
 def test_a_non_empty_folder_without_a_run_and_a_file_are_refused(tmp_path: Path) -> None:
