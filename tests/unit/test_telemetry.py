@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 
 from stress.engine import telemetry
+from tests.helpers.waits import wait_until
+
+_KILLED_WITHIN_S: float = 5.0  # a SIGKILLed process is gone within this on a loaded 2-core box
 
 
 def fake_tool(folder: Path, name: str, body: str) -> Path:
@@ -43,7 +46,11 @@ def test_a_wedged_nvidia_smi_gives_a_timed_out_snapshot_and_is_killed(
     assert snap["source"] == "nvidia-smi"
     assert snap["backend"] == "cuda"
     assert pid_file.exists(), "the fake tool never ran: the test proves nothing"
-    assert not alive(int(pid_file.read_text())), "the wedged tool outlived the snapshot"
+    # SIGKILL went to its group before the snapshot returned; the death itself is the kernel's,
+    #   and on a loaded machine it can land a moment after (seen twice with the unit suite
+    #   beside another): waited for, within a bound far below the tool's 100000 s
+    assert wait_until(lambda: not alive(int(pid_file.read_text())), _KILLED_WITHIN_S), \
+        "the wedged tool outlived the snapshot"
 
 
 def test_nvidia_smi_values_are_read_per_gpu_through_the_child(
