@@ -63,6 +63,7 @@ _KERNEL_SLACK_S: float = 0.2  # a kernel line this far before the job's start ma
 #   the previous job, which may have ended moments before this one started
 _KERNEL_FAULT = re.compile(r"(?:^|\s)(\S+)\[(\d+)\]:? (segfault at|general protection|"
                            r"trap (divide error|invalid opcode|int3))")
+_COMM_LEN: int = 15  # the kernel's comm: a process name cut to TASK_COMM_LEN - 1
 _KERNEL_SIGNALS: dict[str, str] = {"divide error": "SIGFPE", "invalid opcode": "SIGILL",
                                    "int3": "SIGTRAP"}  # else SIGSEGV (segfault, GP fault)
 
@@ -302,8 +303,11 @@ class GroupWatch:
             while len(self.claimed) > SEEN_KEPT:
                 del self.claimed[next(iter(self.claimed))]
             pid = self.tids.get(tid, tid)
-            return ChildCrash(self.names.get(pid, comm), sig, "kernel log", pid, None, None,
-                              line.strip(), [tid])
+            seen = self.names.get(pid, comm)  # its full name, unless it exec'd after its last
+            #   sample (python's forked child became iree-compile): a main thread's comm is
+            #   its process's name at the crash (another thread's comm is the thread's own)
+            name = comm if tid == pid and seen[:_COMM_LEN] != comm[:_COMM_LEN] else seen
+            return ChildCrash(name, sig, "kernel log", pid, None, None, line.strip(), [tid])
         if deaths:
             d = deaths[0]
             return ChildCrash(d.name, d.signal, "output", line=d.line)
@@ -314,7 +318,7 @@ class GroupWatch:
         """(comm, tid, signal, line) of the kernel's fault lines logged since the job started
         (unstamped ones too) of a thread seen in the group, or of a process the output names
         as killed by that signal (a kernel comm is 15 characters), not blamed already."""
-        named = {(d.name[:15], d.signal) for d in deaths if d.name}
+        named = {(d.name[:_COMM_LEN], d.signal) for d in deaths if d.name}
         out = []
         for when, line in lines:
             m = _KERNEL_FAULT.search(line)
@@ -324,7 +328,7 @@ class GroupWatch:
             sig = _KERNEL_SIGNALS.get(m.group(4) or "", "SIGSEGV")
             if tid == self.leader or tid in self.claimed:
                 continue
-            if tid in self.tids or (comm[:15], sig) in named:
+            if tid in self.tids or (comm[:_COMM_LEN], sig) in named:
                 out.append((comm, tid, sig, line))
         return out
 

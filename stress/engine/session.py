@@ -59,8 +59,7 @@ class Session:
                  stream: Callable[[], Iterable[Job]] | None = None):
         self.cfg = config
         self.phases = phases or Phases()
-        self.run_id, self.run_dir = run_id, run_dir
-        self.store = store
+        self.run_id, self.run_dir, self.store = run_id, run_dir, store
         self.runner: Runner = runner or SpawnRunner()
         self.observer = observer
         self.last_observed = 0.0
@@ -319,10 +318,9 @@ class Session:
             rc = h.poll()
             if rc is not None:
                 exited.append((h, rc))
-        # only tool processes (h.judge): the early top-up counts them out once exited, so the
-        #   worker count below can tell whether on_exit ended anything else
-        #   An exec job that failed is handled first: its group's cores (a test's `core` in
-        #   its build folder) are moved before a successor's test can crash over them
+        # only tool processes (h.judge), counted out once exited (the worker count below tells
+        #   whether on_exit ended anything else); a failed exec job first: its test's `core`
+        #   moves before a successor's test in the same build folder can crash over it
         topped_up = bool(exited) and Engine.of(self.cfg.engine) is not Engine.PYTHON and \
             all(h.judge is not None and (h.judge.group is None or rc == 0) for h, rc in exited)
         queued: tuple[int, int, int] | None = None

@@ -137,6 +137,22 @@ def test_a_kernel_line_of_a_thread_seen_in_the_group_needs_no_name_from_the_outp
         "ctest-test", "SIGFPE", 770, [777])
 
 
+def test_a_process_that_exec_d_after_its_last_sample_is_named_as_the_kernel_saw_it(
+        tmp_path: Path) -> None:
+    """python's forked child, sampled before it exec'd iree-compile and crashed before the next
+    sample, is the crashed iree-compile (test_exec_children's compiler crash without cores was
+    once named `python`); a name longer than the kernel's 15 characters stays whole."""
+    (leader,) = dead_pids(1)
+    w = watch(tmp_path, leader)
+    w.tids[4242], w.names[4242] = 4242, "python"
+    w.tids[4343], w.names[4343] = 4343, "compiler-driver-long"
+    line = "[ 12.0] iree-compile[4242]: segfault at 0 ip 5 sp 6 error 6 in iree-compile[1165]"
+    crash = w.crashed([], klog(line))
+    assert crash is not None and (crash.name, crash.pid) == ("iree-compile", 4242)
+    crash = w.crashed([], klog("[ 13.0] compiler-driver[4343]: segfault at 0 ip 5 sp 6 error 6"))
+    assert crash is not None and crash.name == "compiler-driver-long"
+
+
 def test_with_neither_core_nor_kernel_line_the_output_s_own_line_is_the_crash(
         tmp_path: Path) -> None:
     (leader,) = dead_pids(1)
