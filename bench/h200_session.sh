@@ -17,6 +17,8 @@
 #                                  # signature stability bench), waits ~9 min
 #   bench/h200_session.sh matrices [-finish]  # issue 24 on the final code: the whole matrix,
 #                                  # debuggers on and off side by side, in two calls
+#   bench/h200_session.sh core-ab  # issue 25: soak_overhead of the redesign beside the tree
+#                                  # before it, alternated; then a 60 s all-pattern soak
 #   bench/h200_session.sh truth-finish  # waits for both lanes, then the evidence budget on the
 #                                  # otherwise idle machine; brings every output back
 #
@@ -255,6 +257,33 @@ matrices)
   tar czf "$OUT/odd.tgz" -C $T odd-on odd-off 2>/dev/null
   tail -n 22 $T/fault_matrix-cuda-on.txt $T/fault_matrix-cuda-off.txt
   ;;
+core-ab)
+  # issue 25: the harness-vs-bare ratios of the redesigned core beside the tree before it
+  #   (.cache/hgpu/base = `git archive b54cf65`, main before the redesign's merge), run by run
+  #   alternated on one machine (the order flips each round), then a one-minute all-pattern
+  #   soak of the redesigned code (8 workers x 2 threads)
+  install
+  nvidia-smi -L
+  B=$PWD/.cache/hgpu/base; H=$PWD
+  for r in 1 2; do
+    order="base this"; [ "$r" = 2 ] && order="this base"
+    for tree in $order; do
+      root=$H; [ "$tree" = base ] && root=$B
+      f="$OUT/soak_overhead-cuda-$tree-$r.txt"
+      echo "# tree: $tree ($root), round $r of 2" > "$f"
+      (cd "$root" && PYTHONPATH=/tmp/site:$root timeout "${AB_TIMEOUT_S:-150}" \
+        python3 bench/soak_overhead.py --target cuda --artifacts "$ART" --procs 8 --rounds 1 \
+        --seconds "${AB_SECONDS:-6}") >> "$f" 2>&1
+      echo "$tree round $r exit $?"; tail -n 5 "$f"
+    done
+  done
+  rm -rf /tmp/ab-soak
+  timeout 150 python3 -m stress soak --target cuda --artifacts "$ART" --patterns all \
+    --workers 8 --threads 2 --duration "${AB_SOAK:-60s}" --results /tmp/ab-soak \
+    > "$OUT/soak-all-cuda-core.txt" 2>&1
+  echo "soak exit $?"; tail -n 25 "$OUT/soak-all-cuda-core.txt"
+  cp /tmp/ab-soak/summary.json "$OUT/soak-all-cuda-core-summary.json" 2>/dev/null
+  ;;
 matrices-finish)
   T=/tmp/matrices
   for _ in $(seq 1 "${FINISH_WAIT_S:-500}"); do
@@ -267,7 +296,7 @@ matrices-finish)
   ls -la "$OUT"
   ;;
 *)
-  echo "usage: $0 start|finish|more|ratios|overhead|latency|matrix-on|matrix-off|exits|truth|truth-finish|joins|matrices|matrices-finish" >&2
+  echo "usage: $0 start|finish|more|ratios|overhead|latency|matrix-on|matrix-off|exits|truth|truth-finish|joins|matrices|matrices-finish|core-ab" >&2
   exit 2
   ;;
 esac
