@@ -278,7 +278,7 @@ core-ab)
     done
   done
   rm -rf /tmp/ab-soak
-  timeout 150 python3 -m stress soak --target cuda --artifacts "$ART" --patterns all \
+  timeout 150 python3 -m stress soak --target cuda --artifacts "$ART" \
     --workers 8 --threads 2 --duration "${AB_SOAK:-60s}" --results /tmp/ab-soak \
     > "$OUT/soak-all-cuda-core.txt" 2>&1
   echo "soak exit $?"; tail -n 25 "$OUT/soak-all-cuda-core.txt"
