@@ -284,6 +284,29 @@ core-ab)
   echo "soak exit $?"; tail -n 25 "$OUT/soak-all-cuda-core.txt"
   cp /tmp/ab-soak/summary.json "$OUT/soak-all-cuda-core-summary.json" 2>/dev/null
   ;;
+core-ab-percall)
+  # issue 25, more samples of the one case whose two-run medians differed (per-call: one CUDA
+  #   context per invocation, ~6/s machine-wide): soak_overhead's per-call case alone, base and
+  #   this alternated over ${AB_PAIRS:-5} pairs (order flips each pair). The base tree gets this
+  #   tree's bench script (the same measurement; it drives its own tree's `python -m stress`)
+  install
+  nvidia-smi -L
+  B=$PWD/.cache/hgpu/base; H=$PWD
+  cp bench/soak_overhead.py "$B/bench/soak_overhead.py"
+  f="$OUT/soak_overhead-cuda-percall-ab.txt"; : > "$f"
+  for r in $(seq 1 "${AB_PAIRS:-5}"); do
+    order="base this"; [ $((r % 2)) = 0 ] && order="this base"
+    for tree in $order; do
+      root=$H; [ "$tree" = base ] && root=$B
+      echo "# tree: $tree ($root), pair $r" >> "$f"
+      (cd "$root" && PYTHONPATH=/tmp/site:$root timeout 100 python3 bench/soak_overhead.py \
+        --target cuda --artifacts "$ART" --procs 8 --rounds 1 --seconds "${AB_SECONDS:-8}" \
+        --patterns per-call) >> "$f" 2>&1
+      echo "$tree pair $r exit $?"
+    done
+  done
+  cat "$f"
+  ;;
 matrices-finish)
   T=/tmp/matrices
   for _ in $(seq 1 "${FINISH_WAIT_S:-500}"); do
@@ -296,7 +319,7 @@ matrices-finish)
   ls -la "$OUT"
   ;;
 *)
-  echo "usage: $0 start|finish|more|ratios|overhead|latency|matrix-on|matrix-off|exits|truth|truth-finish|joins|matrices|matrices-finish|core-ab" >&2
+  echo "usage: $0 start|finish|more|ratios|overhead|latency|matrix-on|matrix-off|exits|truth|truth-finish|joins|matrices|matrices-finish|core-ab|core-ab-percall" >&2
   exit 2
   ;;
 esac

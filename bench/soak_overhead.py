@@ -66,11 +66,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3, help="alternate bare/harness runs")
+    ap.add_argument("--patterns", default="shared,per-call",
+                    help="which of the cases to run (comma list of their patterns)")
     add_target_args(ap)
     args = ap.parse_args()
     header()
-    cases = [("shared", "binary.add.f32.3x5x7+3x5x7"), ("shared", "unary.exp.f32.64x64"),
-             ("per-call", "binary.add.f32.3x5x7+3x5x7")]
+    wanted = set(args.patterns.split(","))
+    cases = [(p, prog) for p, prog in (("shared", "binary.add.f32.3x5x7+3x5x7"),
+                                       ("shared", "unary.exp.f32.64x64"),
+                                       ("per-call", "binary.add.f32.3x5x7+3x5x7"))
+             if p in wanted]
     print(f"medians of {args.rounds} interleaved rounds of {args.seconds:g} s, {args.procs} "
           "processes; ratio = median of the per-round harness/bare ratios")
     print(f"{'pattern':10s} {'program':32s} {'bare/s':>10s} {'harness/s':>10s} {'ratio':>6s}")
