@@ -308,7 +308,13 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
     from stress.errors import UsageError
     from stress.fs import atomic_write
     from stress.runtimes import spec
-    from stress.verdicts.compare import SoakTrials, base_plan_key, family_key, prepare
+    from stress.verdicts.compare import (
+        SoakTrials,
+        base_plan_key,
+        family_key,
+        in_use,
+        prepare,
+    )
     from stress.verdicts.trials import Cached, TrialCache
 
     if not 0.0 < confidence < 1.0:
@@ -325,20 +331,21 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
     plan, family = base_plan_key(base, seed), family_key(base)
     out = out_dir or Path("results") / f"bisect-{plan}"
     built, keys = prepare(stacks_file, names, base, log)
-    own = TrialCache(out, plan, keys, family)
-    cached = Cached(SoakTrials(base, built, out, log), own)
-    known = stored_trials([own], names)
-    log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, stop at {confidence:.0%}, "
-        f"at most {max_trials} trials; trials in {out} (rerun the same command to resume); "
-        f"{len(known)} trial(s) of this bisection already on disk")
-    seen = {(t.stack, t.seed) for t in known}
-    for cache in related_caches(out, family, plan, keys):
-        more = [t for t in stored_trials([cache], names) if (t.stack, t.seed) not in seen]
-        if more:
-            log(f"  + {len(more)} trial(s) of the same plan from {cache.root} (seeds "
-                f"{min(t.seed for t in more)}..{max(t.seed for t in more)})")
-            known += more
-            seen |= {(t.stack, t.seed) for t in more}
-    result = bisect(cached, names, seed, confidence, max_trials, log, known)
-    atomic_write(out / "bisect.json", json.dumps(result.as_dict(), indent=1).encode())
+    with in_use(built):
+        own = TrialCache(out, plan, keys, family)
+        cached = Cached(SoakTrials(base, built, out, log), own)
+        known = stored_trials([own], names)
+        log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, stop at {confidence:.0%}, "
+            f"at most {max_trials} trials; trials in {out} (rerun the same command to resume); "
+            f"{len(known)} trial(s) of this bisection already on disk")
+        seen = {(t.stack, t.seed) for t in known}
+        for cache in related_caches(out, family, plan, keys):
+            more = [t for t in stored_trials([cache], names) if (t.stack, t.seed) not in seen]
+            if more:
+                log(f"  + {len(more)} trial(s) of the same plan from {cache.root} (seeds "
+                    f"{min(t.seed for t in more)}..{max(t.seed for t in more)})")
+                known += more
+                seen |= {(t.stack, t.seed) for t in more}
+        result = bisect(cached, names, seed, confidence, max_trials, log, known)
+        atomic_write(out / "bisect.json", json.dumps(result.as_dict(), indent=1).encode())
     return result

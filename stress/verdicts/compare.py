@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -398,9 +399,22 @@ def build_all(chosen: Sequence[Any], base: SoakOptions,
         try:
             built[st.name] = provision.build(st, base.cache_dir, log)
         except spec.StackError as exc:
+            for done in built.values():
+                done.release()
             raise UsageError(str(exc)) from None
         keys[st.name] = plan_key({"venv": st.key(), "env": st.env, "rocm": st.rocm})
     return built, keys
+
+
+@contextmanager
+def in_use(built: Mapping[str, Any]) -> Iterator[None]:
+    """The stacks' cached folders held (shared locks, taken by `provision.build`) while the
+    block runs: `iree-stress clean --cache` skips them meanwhile."""
+    try:
+        yield
+    finally:
+        for b in built.values():
+            b.release()
 
 
 def run_compare(base: SoakOptions, stacks_file: Path, a: str, b: str, max_pairs: int,
@@ -412,12 +426,13 @@ def run_compare(base: SoakOptions, stacks_file: Path, a: str, b: str, max_pairs:
         raise UsageError("compare needs two different stacks")
     seed = base.seed if base.seed is not None else int.from_bytes(os.urandom(3), "little")
     built, keys = prepare(stacks_file, [a, b], base, log)
-    out = out_dir or Path("results") / f"compare-{a}-{b}-{time.strftime('%Y%m%d-%H%M%S')}"
-    log(f"compare A={a} B={b}: up to {max_pairs} pairs, seed {seed}, trials in {out}")
-    for name in (a, b):
-        log(f"  {built[name].stack.describe()} -> {built[name].python}")
-    runner = Cached(SoakTrials(base, built, out, log),
-                    TrialCache(out, base_plan_key(base, seed), keys, family_key(base)))
-    result = compare(runner, a, b, seed, max_pairs, log)
-    atomic_write(out / "compare.json", json.dumps(result.as_dict(), indent=1).encode())
+    with in_use(built):
+        out = out_dir or Path("results") / f"compare-{a}-{b}-{time.strftime('%Y%m%d-%H%M%S')}"
+        log(f"compare A={a} B={b}: up to {max_pairs} pairs, seed {seed}, trials in {out}")
+        for name in (a, b):
+            log(f"  {built[name].stack.describe()} -> {built[name].python}")
+        runner = Cached(SoakTrials(base, built, out, log),
+                        TrialCache(out, base_plan_key(base, seed), keys, family_key(base)))
+        result = compare(runner, a, b, seed, max_pairs, log)
+        atomic_write(out / "compare.json", json.dumps(result.as_dict(), indent=1).encode())
     return result

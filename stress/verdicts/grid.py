@@ -21,6 +21,7 @@ from stress.verdicts.compare import (
     build_all,
     compare,
     family_key,
+    in_use,
     render,
 )
 from stress.verdicts.trials import Cached, TrialCache, TrialRunner
@@ -77,11 +78,12 @@ def run_grid(base: SoakOptions, stacks_file: Path, a: str, b: str, max_pairs: in
     if base.python:
         raise UsageError("--python and stacks exclude each other")
     built, keys = build_all([sa, sb, ab, ba], base, log)
-    out = out_dir or Path("results") / f"grid-{a}-{b}-{time.strftime('%Y%m%d-%H%M%S')}"
-    log(f"grid A={a} B={b}: crossed {ab.name}, {ba.name}; seed {seed}; trials in {out}")
-    runner = Cached(SoakTrials(base, built, out, log),
-                    TrialCache(out, base_plan_key(base, seed), keys, family_key(base)))
-    results = compare_grid(runner, a, b, ab.name, ba.name, seed, max_pairs, log)
-    atomic_write(out / "grid.json", json.dumps([r.as_dict() for r in results],
-                                               indent=1).encode())
+    with in_use(built):
+        out = out_dir or Path("results") / f"grid-{a}-{b}-{time.strftime('%Y%m%d-%H%M%S')}"
+        log(f"grid A={a} B={b}: crossed {ab.name}, {ba.name}; seed {seed}; trials in {out}")
+        runner = Cached(SoakTrials(base, built, out, log),
+                        TrialCache(out, base_plan_key(base, seed), keys, family_key(base)))
+        results = compare_grid(runner, a, b, ab.name, ba.name, seed, max_pairs, log)
+        atomic_write(out / "grid.json", json.dumps([r.as_dict() for r in results],
+                                                   indent=1).encode())
     return results

@@ -10,13 +10,16 @@ import json
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from stress.runtimes import spec
 from stress.store.db import RunStore
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 pytestmark = pytest.mark.system
 
@@ -186,3 +189,43 @@ def test_clean_cache_removes_stacks_by_last_use(tmp_path: Path) -> None:
     assert sorted(p.name for p in (cache / "stacks").iterdir()) == ["fresh-stack"]
     listing = run_cli("runs", str(tmp_path), "--cache-dir", str(cache))
     assert "fresh-stack" in listing.stdout and "1 stack(s)" in listing.stdout
+
+
+USES_A_STACK = """import sys
+from pathlib import Path
+from stress.runtimes import provision, spec
+built = provision.build(spec.load(Path(sys.argv[1]))["held"], Path(sys.argv[2]))
+print(built.venv, flush=True)
+sys.stdin.read()  # in use (as by a compare's trials) until the test closes stdin
+"""
+
+
+def test_clean_cache_skips_a_stack_a_running_compare_uses_and_says_so_in_one_line(
+        tmp_path: Path) -> None:
+    """issue 28 item 8: `clean --cache` removed a stack's venv under a running compare."""
+    cache, f = tmp_path / "cache", tmp_path / "stacks.toml"
+    f.write_text('[stacks.held]\nrequirements = ["iree-base-runtime==3.12.0"]\n')
+    venv = cache / "stacks" / f"held-{spec.load(f)['held'].key()}"
+    (venv / "bin").mkdir(parents=True)  # built by an earlier compare
+    (venv / ".built.json").write_text('{"stack": "held", "freeze": []}')
+    user = subprocess.Popen([sys.executable, "-c", USES_A_STACK, str(f), str(cache)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert user.stdin is not None and user.stdout is not None
+    try:
+        assert user.stdout.readline().strip() == str(venv)  # the other process uses it now
+        clean = ["clean", str(tmp_path / "no-results"), "--cache", "--cache-dir", str(cache),
+                 "--all"]
+        dry = run_cli(*clean, "--dry-run")
+        assert f"would keep stack {venv}: in use by a running compare or bisect" in \
+            dry.stdout.splitlines(), dry.stdout
+        res = run_cli(*clean)
+        assert res.rc == 0, res.stderr
+        said = [ln for ln in res.stdout.splitlines() if str(venv) in ln]
+        assert said == [f"kept stack {venv}: in use by a running compare or bisect"], res.stdout
+        assert (venv / ".built.json").exists()
+    finally:
+        user.stdin.close()
+        user.wait(timeout=60)
+    res = run_cli(*clean)  # no longer in use: it goes
+    assert f"removed stack {venv}" in res.stdout and not venv.exists(), res.stdout
