@@ -163,15 +163,22 @@ def of_runs(runs: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
                 [str(r.get("command") or "") for r in runs])
 
 
+_BEFORE_ANY_RUN: tuple[str, ...] = ("iree-stress", "target", "host")  # known without a trial
+
+
 def of_arms(arms: Sequence[tuple[str, Sequence[dict[str, Any]]]], command: str,
-            seed: str) -> list[tuple[str, str]]:
+            seed: str, before: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """The header of a compare or bisect: each arm (its label, like `A iree-3.12`, and the
     manifests of its trials' runs) tested under the same plan. A fact that is the same for
     every arm is one line; one that differs (the runtime, most often) gets a line per arm,
     `runtime (A iree-3.12): ...`. `seed` says how the trials' seeds were chosen, `command` is
-    the compare's or bisect's own command line (a trial's soak is not what a user reruns)."""
+    the compare's or bisect's own command line (a trial's soak is not what a user reruns).
+    When no trial ran (a stack that cannot start), `before` (a manifest of what is known
+    without one: tool, target, host) gives those lines."""
     per = [(label, dict(rows(ms))) for label, ms in arms if ms]
     out: list[tuple[str, str]] = []
+    if not per and before is not None:
+        out += [(k, v) for k, v in rows([before]) if k in _BEFORE_ANY_RUN]
     labels = list(per[0][1]) if per else []
     for key in labels:
         if key in ("seed", "rerun"):

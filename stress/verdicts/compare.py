@@ -255,10 +255,17 @@ def verdict_header(arms: Sequence[tuple[str, Sequence[Trial]]], base: SoakOption
     """What a compare, grid or bisect tested (the header soak, report and gate begin with):
     each stack's runtime from its trials' own manifests, the shared facts once, how the
     trials' seeds were chosen, and the command that reruns this one."""
+    import os
+    import platform
+
+    from stress import __version__
     from stress.soak.plan import command_line
 
+    before = {"tool_version": __version__, "host": platform.node(), "os": platform.platform(),
+              "cores": os.cpu_count(), "config": {"engine": engine_of(base).value,
+                                                  "target": base.target or "cpu"}}
     return header.of_arms([(label, trial_manifests(ts)) for label, ts in arms],
-                          header.rerun_command(command_line(base, seed)), seeds)
+                          header.rerun_command(command_line(base, seed)), seeds, before)
 
 
 def engine_of(base: SoakOptions) -> Engine:
