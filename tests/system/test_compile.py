@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.helpers import heartbeat
 
 pytestmark = pytest.mark.system
 
@@ -26,8 +27,8 @@ def test_whole_corpus_compiles_and_a_second_run_compiles_nothing(
     # a cold compile of the corpus takes minutes: its progress line goes to the terminal, past
     #   pytest's capture (the first `dev.py test` on a fresh clone was silent here for 106 s,
     #   bench/results/quickstart_latency.txt at 9bdd964)
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
+    with heartbeat.live(pytestconfig) as stream:
+        stream.own_line()
         first = run_cli("compile", "--target", target, "-j", "2", stderr_shown=True)
     assert first.rc == 0  # (what went wrong is on the terminal, above)
     compiled, cached, failed = counts(first.stdout)
