@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import sqlite3
-import stat
 import subprocess
 import sys
 import time
@@ -20,9 +19,12 @@ import pytest
 from stress.runtimes import spec
 from stress.store.db import RunStore
 from tests.conftest import REPO, run_cli
+from tests.helpers.files import unreadable
 
 pytestmark = pytest.mark.system
 
+UNLIMITED_CORES = ("sh", "-c", 'ulimit -c unlimited 2>/dev/null; exec "$@"', "sh")  # cores,
+#   where the host's core_pattern writes them, are read into the evidence (then deleted)
 SMALL = ["soak", "-t", "cpu", "-w", "1", "--threads", "1", "--programs", "unary.exp.f32.64x64",
          "--patterns", "shared,per-thread"]
 
@@ -96,20 +98,25 @@ def test_resume_continues_the_plan_as_a_new_run_beside_the_old_one(
                                                          "run-resume-2")["jobs"])
 
 
-def test_a_finished_run_leaves_no_side_files_and_its_files_are_readable_by_the_group(
+def test_a_finished_run_leaves_no_side_files_and_every_file_is_readable_by_the_group(
         tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """issue 28 item 8: summary.json and evidence were 0600. The whole folder of a run with a
+    crash (its evidence, cores' folders, the reports written into it, a repro's reruns under
+    the failure folder) is read by other users and CI artifact uploads."""
     run = tmp_path / "run"
     res = run_cli(*SMALL, "-d", "20s", "-q", "--inject", "segv@invoke:0.2", "--max-failures",
-                  "1", "--results", str(run))
+                  "1", "--results", str(run), prefix=UNLIMITED_CORES)
     assert res.rc == 1, res.stderr[-2000:]
     names = {p.name for p in run.iterdir()}
     assert not names & {"stress.db-wal", "stress.db-shm", "worker-path"}, names
-    umask = os.umask(0)
-    os.umask(umask)
-    want = 0o666 & ~umask
-    files = [run / "summary.json", *next((run / "failures").iterdir()).iterdir()]
-    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files if f.is_file()} == \
-        {f.name: want for f in files if f.is_file()}
+    report = run_cli("report", str(run), "--format", "html", "-o", str(run / "report.html"),
+                     "--junit", str(run / "junit.xml"))
+    assert report.rc == 1, report.stderr[-2000:]
+    failure = next((run / "failures").iterdir())
+    repro = run_cli("repro", str(failure), "--times", "1", "-q", prefix=UNLIMITED_CORES)
+    assert repro.rc in (0, 1), repro.stderr[-2000:]
+    assert (failure / "stacks.txt").is_file() and list(failure.glob("repro-*/summary.json"))
+    assert unreadable(run) == {}
 
 
 def test_a_native_soak_keeps_no_inputs_of_programs_that_did_not_fail(
