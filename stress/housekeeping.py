@@ -97,6 +97,9 @@ def _hold_stack(folder: Path) -> int | None:
 
 
 def stack_in_use(folder: Path) -> bool:
+    """Whether a compare or bisect uses the stack now (a dry run asks: no lock file made)."""
+    if not (folder.parent / f"{folder.name}.lock").exists():
+        return False  # (a run takes its lock before it uses the stack)
     fd = _hold_stack(folder)
     if fd is None:
         return True
