@@ -76,6 +76,37 @@ def is_live(folder: Path) -> bool:
     return False
 
 
+def _hold_stack(folder: Path) -> int | None:
+    """The stack folder's lock (stress/runtimes/provision.py: `<folder>.lock`, held shared
+    by each run using the stack) taken exclusive, without waiting: its fd, or None when a
+    compare or bisect uses the stack now."""
+    lock = folder.parent / f"{folder.name}.lock"
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:  # another clean removed it meanwhile: lock the new one
+            pass
+        os.close(fd)
+
+
+def stack_in_use(folder: Path) -> bool:
+    """Whether a compare or bisect uses the stack now (a dry run asks: no lock file made)."""
+    if not (folder.parent / f"{folder.name}.lock").exists():
+        return False  # (a run takes its lock before it uses the stack)
+    fd = _hold_stack(folder)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
 @dataclass
 class Entry:
     """One thing `clean` may remove: a run folder, an empty folder, a cached stack, or an
@@ -205,7 +236,8 @@ def choose(entries: list[Entry], older_than_s: float | None, keep: int | None,
 
 
 def remove(entry: Entry) -> bool:
-    """Removes one entry; False when a soak took the run folder meanwhile."""
+    """Removes one entry; False when it is in use (a soak took the run folder meanwhile, a
+    compare or bisect runs on the stack)."""
     if entry.kind == "run":
         fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -223,8 +255,14 @@ def remove(entry: Entry) -> bool:
         entry.path.with_suffix(".json").unlink(missing_ok=True)
         return True
     if entry.kind == "stack":
-        shutil.rmtree(entry.path)
-        (entry.path.parent / f"{entry.path.name}.lock").unlink(missing_ok=True)
+        held = _hold_stack(entry.path)
+        if held is None:
+            return False
+        try:  # (a run that waits for the lock meanwhile builds the stack again)
+            shutil.rmtree(entry.path)
+            (entry.path.parent / f"{entry.path.name}.lock").unlink(missing_ok=True)
+        finally:
+            os.close(held)
         return True
     entry.path.rmdir()
     return True
@@ -260,13 +298,19 @@ def clean(folder: Path, cache: Path | None, older_than_s: float | None, keep: in
         for kind, k in (("stack", keep), ("artifact", None)):
             chosen += choose([e for e in cached if e.kind == kind], older_than_s, k, max_size,
                              everything)
-    freed = 0
+    freed, gone = 0, 0
     for e in chosen:
-        if dry_run or remove(e):
-            freed += e.size
-            yield (f"{'would remove' if dry_run else 'removed'} {e.kind} {e.path} "
-                   f"({size_text(e.size)})")
-        else:
-            yield f"kept {e.path}: a soak took it meanwhile"
+        busy = stack_in_use(e.path) if dry_run and e.kind == "stack" else \
+            not dry_run and not remove(e)
+        if busy:
+            yield f"{'would keep' if dry_run else 'kept'} {e.kind} {e.path}: {_IN_USE[e.kind]}"
+            continue
+        freed, gone = freed + e.size, gone + 1
+        yield (f"{'would remove' if dry_run else 'removed'} {e.kind} {e.path} "
+               f"({size_text(e.size)})")
     yield (f"{'would free' if dry_run else 'freed'} {size_text(freed)} "
-           f"({len(chosen)} entr{'y' if len(chosen) == 1 else 'ies'})")
+           f"({gone} entr{'y' if gone == 1 else 'ies'})")
+
+
+_IN_USE: dict[str, str] = {"run": "a soak took it meanwhile",
+                           "stack": "in use by a running compare or bisect"}

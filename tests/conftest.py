@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import heartbeat
+
 REPO = Path(__file__).resolve().parents[1]
 # Shared by every test (and kept between local runs): compiling the corpus takes ~30 s per
 # target on 2 cores; a warm cache makes the second run of the suite fast.
@@ -43,6 +45,11 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
     return CliResult(proc.returncode, proc.stdout, proc.stderr or "")
 
 
+@pytest.hookimpl(trylast=True)  # (after pytest's terminal reporter is made)
+def pytest_configure(config: pytest.Config) -> None:
+    heartbeat.pytest_configure(config)  # a long test on a terminal: its name and seconds
+
+
 @pytest.fixture(scope="session")
 def cache_dir() -> Path:
     TEST_CACHE.mkdir(parents=True, exist_ok=True)
@@ -58,10 +65,10 @@ def cpu_artifacts(cache_dir: Path, pytestconfig: pytest.Config) -> dict[str, Pat
     from stress.programs.cache import ArtifactCache
     from stress.ui import Status
 
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
+    with heartbeat.live(pytestconfig) as stream:
         report = ArtifactCache(cache_dir).compile_all(
-            list(corpus.corpus()), targets.parse("cpu"), jobs=2, status=Status(True))
+            list(corpus.corpus()), targets.parse("cpu"), jobs=2,
+            status=Status(True, stream=stream))
     assert not report.errors, [e.describe() for e in report.errors]
     return {name: a.path for name, a in report.artifacts.items()}
 

@@ -163,6 +163,42 @@ def of_runs(runs: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
                 [str(r.get("command") or "") for r in runs])
 
 
+_BEFORE_ANY_RUN: tuple[str, ...] = ("iree-stress", "target", "host")  # known without a trial
+
+
+def of_arms(arms: Sequence[tuple[str, Sequence[dict[str, Any]]]], command: str,
+            seed: str, before: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """The header of a compare or bisect: each arm (its label, like `A iree-3.12`, and the
+    manifests of its trials' runs) tested under the same plan. A fact that is the same for
+    every arm is one line; one that differs (the runtime, most often) gets a line per arm,
+    `runtime (A iree-3.12): ...`. `seed` says how the trials' seeds were chosen, `command` is
+    the compare's or bisect's own command line (a trial's soak is not what a user reruns).
+    When no trial ran (a stack that cannot start), `before` (a manifest of what is known
+    without one: tool, target, host) gives those lines."""
+    per = [(label, dict(rows(ms))) for label, ms in arms if ms]
+    out: list[tuple[str, str]] = []
+    if not per and before is not None:
+        out += [(k, v) for k, v in rows([before]) if k in _BEFORE_ANY_RUN]
+    labels = list(per[0][1]) if per else []
+    for key in labels:
+        if key in ("seed", "rerun"):
+            continue
+        values = {label: facts[key] for label, facts in per if key in facts}
+        if len(set(values.values())) == 1:
+            out.append((key, next(iter(values.values()))))
+        else:
+            out += [(f"{key} ({label})", value) for label, value in values.items()]
+        if key == "runtime":
+            out += [(f"runtime ({label})", "not reported (no trial of it ran)")
+                    for label, ms in arms if not ms]
+    if not per:
+        out += [(f"runtime ({label})", "not reported (no trial of it ran)") for label, _ in arms]
+    out.append(("seed", seed))
+    if command:
+        out.append(("rerun", command))
+    return out
+
+
 def as_dict(header: Sequence[tuple[str, str]]) -> dict[str, str]:
     return dict(header)
 

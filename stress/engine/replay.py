@@ -12,12 +12,14 @@ replays stay under `DISK_CAP_BYTES`; the rest are deleted as their jobs end.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stress.engine import procstate
+from stress.fs import new_file_mode
 
 DISK_CAP_BYTES: int = 256 << 20  # kept replays per run: ~9,000 small-job replays, or ~3 s of
 #   iree-benchmark-module; a failure past it keeps its JSONL tail (dumped before deletion)
@@ -58,6 +60,11 @@ class ReplayKeeper:
             self.kept += 1
             if not failed:
                 self.programs.add(program)
+            try:  # iree-run-module writes it 0640: others of a shared results folder and a CI
+                #   artifact upload read it like every other file of the run
+                os.chmod(path, new_file_mode())
+            except OSError:
+                pass
             return True
         path.unlink(missing_ok=True)
         self.dropped += 1

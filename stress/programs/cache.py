@@ -44,6 +44,15 @@ class CompileReport:
     cached: int = 0
     compiler_version: str = ""
 
+    def failure_line(self, target: str) -> str:
+        """What a failed compile is to a user, one line, said alike by soak, compile and
+        programs: how many programs failed and the first one's first diagnostic, in the
+        user's own file and line (`bad.mlir:2:23: error: ...`, never the cache's copy)."""
+        more = f"; {len(self.errors) - 1} more: `iree-stress compile --verbose` shows each" \
+            if len(self.errors) > 1 else ""
+        return (f"{len(self.errors)} program(s) failed to compile for {target}: "
+                f"{self.errors[0].one_line()}{more}")
+
 
 EXPORT_MANIFEST = "artifacts.json"
 

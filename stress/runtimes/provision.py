@@ -18,11 +18,11 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from stress.fs import atomic_write
 from stress.runtimes.spec import Stack, StackError
@@ -80,6 +80,14 @@ class Built:
     venv: str = ""
     hip_library: str = ""
     compiler: str = ""  # iree-compile of this stack ('' = the tool's own)
+    leases: list[IO[str]] = field(default_factory=list, repr=False, compare=False)
+    #   its cached folders' lock files, held shared while the stack is in use (`release`)
+
+    def release(self) -> None:
+        """The stack is no longer in use: `clean --cache` may remove its folders."""
+        for lease in self.leases:
+            lease.close()
+        self.leases.clear()
 
     def manifest(self) -> dict[str, Any]:
         return {"stack": self.stack.name, "python": self.python, "venv": self.venv,
@@ -130,15 +138,52 @@ def _run(argv: list[str], what: str, stack: Stack, timeout: float = _PIP_TIMEOUT
     return "".join(lines)
 
 
+def _lock_file(path: Path, mode: int) -> IO[str]:
+    """`path` opened and flocked (`mode`); the lock is on the file that is at `path` when it
+    is granted (`clean` unlinks a stack's lock file with the stack: a lock taken on the old
+    file meanwhile would guard nothing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        f = open(path, "a")  # noqa: SIM115  # held past this function: the caller closes it
+        fcntl.flock(f, mode)
+        try:
+            if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                return f
+        except FileNotFoundError:
+            pass
+        f.close()
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # two runs building one venv: the second waits
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    f = _lock_file(path, fcntl.LOCK_EX)  # two runs building one venv: the second waits
+    try:
+        yield
+    finally:
+        f.close()
+
+
+def lock_path(folder: Path) -> Path:
+    """The lock beside a cached stack folder (a venv, an unpacked ROCm tree): held exclusive
+    while it is built, shared while a run uses it; `iree-stress clean` removes the folder only
+    under the exclusive lock, so never one in use."""
+    return folder.parent / f"{folder.name}.lock"
+
+
+def _lease(folder: Path, ready: Path, make: Callable[[], None]) -> IO[str]:
+    """The folder made (`make()`, under the exclusive lock) until `ready` exists, then its
+    lock held shared: the open file is the lease (closing it, or the process ending, ends
+    it). (flock cannot turn an exclusive lock into a shared one atomically: a `clean` may
+    come between the two, so a folder it removed meanwhile is made again.)"""
+    lock = lock_path(folder)
+    while True:
+        lease = _lock_file(lock, fcntl.LOCK_SH)
+        if ready.exists():
+            return lease
+        lease.close()
+        with _locked(lock):
+            if not ready.exists():
+                make()
 
 
 def build(stack: Stack, cache_dir: Path, log: Any = None) -> Built:
@@ -151,36 +196,37 @@ def build(stack: Stack, cache_dir: Path, log: Any = None) -> Built:
         uv = shutil.which("uv")
         venv = cache_dir / STACKS_DIR / f"{stack.name}-{stack.key()}"
         marker = venv / ".built.json"
-        with _locked(venv.parent / f"{venv.name}.lock"):
-            if not marker.exists():
-                if venv.exists():
-                    shutil.rmtree(venv)  # an interrupted build
-                if log:
-                    log(f"building stack {stack.name} in {venv} ({'uv' if uv else 'venv + pip'})")
-                status = log if isinstance(log, Status) else None
-                reqs = list(stack.requirements)
-                if stack.compiler:
-                    reqs.append(compiler_requirement(stack.compiler))
-                steps = [("venv", venv_argv(stack.python or sys.executable, venv, uv),
-                          _PIP_TIMEOUT_S)]
-                if stack.rocm_requirements:
-                    steps.append(("install of rocm_requirements", install_argv(
-                        venv, stack.rocm_requirements, stack.rocm_index_url, stack.find_links,
-                        uv), _PIP_TIMEOUT_S))
-                if reqs:
-                    steps.append(("install of requirements", install_argv(
-                        venv, reqs, stack.index_url, stack.find_links, uv), _PIP_TIMEOUT_S))
-                steps.append(("pip freeze", freeze_argv(venv, uv), _PROBE_TIMEOUT_S))
-                started = time.monotonic()
-                outputs = [_run(argv, what, stack, limit, status,
-                                f"step {k}/{len(steps)} {what}")
-                           for k, (what, argv, limit) in enumerate(steps, 1)]
-                freeze = outputs[-1].split("\n")
-                if status is not None:
-                    status.done(f"stack {stack.name}: built in "
-                                f"{duration_text(time.monotonic() - started)}")
-                atomic_write(marker, json.dumps({"stack": stack.name, "freeze": [
-                    x for x in freeze if x.strip()]}, indent=1).encode())
+
+        def make() -> None:
+            if venv.exists():
+                shutil.rmtree(venv)  # an interrupted build
+            if log:
+                log(f"building stack {stack.name} in {venv} ({'uv' if uv else 'venv + pip'})")
+            status = log if isinstance(log, Status) else None
+            reqs = list(stack.requirements)
+            if stack.compiler:
+                reqs.append(compiler_requirement(stack.compiler))
+            steps = [("venv", venv_argv(stack.python or sys.executable, venv, uv),
+                      _PIP_TIMEOUT_S)]
+            if stack.rocm_requirements:
+                steps.append(("install of rocm_requirements", install_argv(
+                    venv, stack.rocm_requirements, stack.rocm_index_url, stack.find_links,
+                    uv), _PIP_TIMEOUT_S))
+            if reqs:
+                steps.append(("install of requirements", install_argv(
+                    venv, reqs, stack.index_url, stack.find_links, uv), _PIP_TIMEOUT_S))
+            steps.append(("pip freeze", freeze_argv(venv, uv), _PROBE_TIMEOUT_S))
+            started = time.monotonic()
+            outputs = [_run(argv, what, stack, limit, status, f"step {k}/{len(steps)} {what}")
+                       for k, (what, argv, limit) in enumerate(steps, 1)]
+            freeze = outputs[-1].split("\n")
+            if status is not None:
+                status.done(f"stack {stack.name}: built in "
+                            f"{duration_text(time.monotonic() - started)}")
+            atomic_write(marker, json.dumps({"stack": stack.name, "freeze": [
+                x for x in freeze if x.strip()]}, indent=1).encode())
+
+        leases = [_lease(venv, marker, make)]  # held until the run using the stack ends
         recorded = json.loads(marker.read_text())
         try:
             (venv / LAST_USED).touch()  # `iree-stress clean --cache` removes by last use
@@ -188,8 +234,13 @@ def build(stack: Stack, cache_dir: Path, log: Any = None) -> Built:
             pass
         python = str(venv / "bin" / "python")
         compiler = str(venv / "bin" / "iree-compile") if stack.compiler else ""
-        built = Built(stack, python, env, recorded["freeze"], str(venv), compiler=compiler)
-    hip = _hip_library(stack, built, cache_dir)
+        built = Built(stack, python, env, recorded["freeze"], str(venv), compiler=compiler,
+                      leases=leases)
+    try:
+        hip = _hip_library(stack, built, cache_dir)
+    except StackError:
+        built.release()
+        raise
     if hip:
         built.hip_library = hip
         built.env[ENV_HIP_DYLIB] = f"file:{hip}"
@@ -233,7 +284,7 @@ def _hip_library(stack: Stack, built: Built, cache_dir: Path) -> str:
     if stack.rocm:
         root = Path(stack.rocm)
         if root.is_file():
-            root = _unpack(root, cache_dir, stack)
+            root = _unpack(root, cache_dir, stack, built)
         return find_hip_in_tree(root, stack)
     if stack.rocm_requirements:
         code = ("import rocm_sdk; print([str(p) for p in "
@@ -259,25 +310,27 @@ def find_hip_in_tree(root: Path, stack: Stack) -> str:
     return str(found[0])
 
 
-def _unpack(tarball: Path, cache_dir: Path, stack: Stack) -> Path:
+def _unpack(tarball: Path, cache_dir: Path, stack: Stack, built: Built) -> Path:
     digest = hashlib.sha256(f"{tarball.resolve()}:{tarball.stat().st_size}:"
                             f"{tarball.stat().st_mtime_ns}".encode()).hexdigest()[:16]
     dest = cache_dir / STACKS_DIR / f"rocm-{digest}"
     marker = dest / ".unpacked"
-    with _locked(dest.parent / f"{dest.name}.lock"):
-        if not marker.exists():
-            if dest.exists():
-                shutil.rmtree(dest)
-            try:
-                with tarfile.open(tarball) as tf:
-                    if hasattr(tarfile, "data_filter"):
-                        tf.extractall(dest, filter="data")
-                    else:  # pragma: no cover - Python without extraction filters
-                        tf.extractall(dest)  # noqa: S202  # our own user's tarball
-            except (OSError, tarfile.TarError) as exc:
-                raise StackError(f"{stack.where()}: stack {stack.name!r}: cannot unpack "
-                                 f"{tarball}: {exc}") from None
-            marker.write_text(str(tarball))
+
+    def make() -> None:
+        if dest.exists():
+            shutil.rmtree(dest)
+        try:
+            with tarfile.open(tarball) as tf:
+                if hasattr(tarfile, "data_filter"):
+                    tf.extractall(dest, filter="data")
+                else:  # pragma: no cover - Python without extraction filters
+                    tf.extractall(dest)  # noqa: S202  # our own user's tarball
+        except (OSError, tarfile.TarError) as exc:
+            raise StackError(f"{stack.where()}: stack {stack.name!r}: cannot unpack "
+                             f"{tarball}: {exc}") from None
+        marker.write_text(str(tarball))
+
+    built.leases.append(_lease(dest, marker, make))  # its HIP library is used from there
     return dest
 
 

@@ -193,10 +193,7 @@ def _compiled(opts: SoakOptions, plan: Plan, phases: Phases, status: Status,
         report = cache.compile_all(plan.programs, target, jobs=opts.compile_jobs, status=status)
     phases.count("compile", report.compiled)
     if report.errors:
-        more = f"; {len(report.errors) - 1} more: `iree-stress compile` shows them all" \
-            if len(report.errors) > 1 else ""
-        raise UsageError(f"{len(report.errors)} program(s) failed to compile for "
-                         f"{target.name}: {report.errors[0].one_line()}{more}")
+        raise UsageError(report.failure_line(target.name))
     return {n: a.path for n, a in report.artifacts.items()}, report.compiler_version
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from stress.analysis import header
 from stress.analysis.changepoint import PRIOR, FirstRise, Prior, expected_entropy, first_rise
 from stress.analysis.stats import fmt_rate
 from stress.verdicts.trials import Trial, TrialRunner
@@ -102,6 +103,7 @@ class BisectResult:
     second_rise: float = 0.0  # P(the rate rises again after the first bad stack)
     ran: int = 0  # trials run by this command (the rest were on disk)
     prior: Prior = PRIOR
+    header: list[tuple[str, str]] = field(default_factory=list)  # what was tested (header.py)
 
     @property
     def trials(self) -> int:
@@ -118,7 +120,8 @@ class BisectResult:
                 "no_stack_bad": round(self.no_stack_bad, 4),
                 "prior": self.prior.as_dict(),
                 "top": [{"stack": s, "posterior": round(p, 4)} for s, p in self.top],
-                "stacks": [r.as_dict() for r in self.rows]}
+                "stacks": [r.as_dict() for r in self.rows],
+                "header": header.as_dict(self.header)}
 
 
 class Evidence:
@@ -258,7 +261,8 @@ def _result(ev: Evidence, fr: FirstRise, stop: Stop, asked: float, budget: int,
 
 
 def render(r: BisectResult) -> str:
-    lines = [f"BISECT  {r.outcome.value}: {r.reason}",
+    head = [header.text(r.header), ""] if r.header else []  # what was tested, first
+    lines = [*head, f"BISECT  {r.outcome.value}: {r.reason}",
              f"  posterior of the first bad stack from {r.trials} trials ({r.ran} run now, "
              f"{r.trials - r.ran} from disk); prior: {r.prior.describe()}",
              f"  P(the rate rises again later) = {r.second_rise:.0%}; P(no stack is bad) = "
@@ -308,7 +312,14 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
     from stress.errors import UsageError
     from stress.fs import atomic_write
     from stress.runtimes import spec
-    from stress.verdicts.compare import SoakTrials, base_plan_key, family_key, prepare
+    from stress.verdicts.compare import (
+        SoakTrials,
+        base_plan_key,
+        family_key,
+        in_use,
+        prepare,
+        verdict_header,
+    )
     from stress.verdicts.trials import Cached, TrialCache
 
     if not 0.0 < confidence < 1.0:
@@ -325,20 +336,25 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
     plan, family = base_plan_key(base, seed), family_key(base)
     out = out_dir or Path("results") / f"bisect-{plan}"
     built, keys = prepare(stacks_file, names, base, log)
-    own = TrialCache(out, plan, keys, family)
-    cached = Cached(SoakTrials(base, built, out, log), own)
-    known = stored_trials([own], names)
-    log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, stop at {confidence:.0%}, "
-        f"at most {max_trials} trials; trials in {out} (rerun the same command to resume); "
-        f"{len(known)} trial(s) of this bisection already on disk")
-    seen = {(t.stack, t.seed) for t in known}
-    for cache in related_caches(out, family, plan, keys):
-        more = [t for t in stored_trials([cache], names) if (t.stack, t.seed) not in seen]
-        if more:
-            log(f"  + {len(more)} trial(s) of the same plan from {cache.root} (seeds "
-                f"{min(t.seed for t in more)}..{max(t.seed for t in more)})")
-            known += more
-            seen |= {(t.stack, t.seed) for t in more}
-    result = bisect(cached, names, seed, confidence, max_trials, log, known)
-    atomic_write(out / "bisect.json", json.dumps(result.as_dict(), indent=1).encode())
+    with in_use(built):
+        own = TrialCache(out, plan, keys, family)
+        cached = Cached(SoakTrials(base, built, out, log), own)
+        known = stored_trials([own], names)
+        log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, stop at {confidence:.0%}, "
+            f"at most {max_trials} trials; trials in {out} (rerun the same command to resume); "
+            f"{len(known)} trial(s) of this bisection already on disk")
+        seen = {(t.stack, t.seed) for t in known}
+        for cache in related_caches(out, family, plan, keys):
+            more = [t for t in stored_trials([cache], names) if (t.stack, t.seed) not in seen]
+            if more:
+                log(f"  + {len(more)} trial(s) of the same plan from {cache.root} (seeds "
+                    f"{min(t.seed for t in more)}..{max(t.seed for t in more)})")
+                known += more
+                seen |= {(t.stack, t.seed) for t in more}
+        result = bisect(cached, names, seed, confidence, max_trials, log, known)
+        trials = stored_trials([own], names) + known
+        result.header = verdict_header(
+            [(n, [t for t in trials if t.stack == n]) for n in names], base, seed,
+            f"{seed} (trial i of a stack: {seed} + i; trials from other folders keep theirs)")
+        atomic_write(out / "bisect.json", json.dumps(result.as_dict(), indent=1).encode())
     return result

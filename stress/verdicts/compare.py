@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stress.analysis import header
 from stress.analysis.bayes import prob_greater
 from stress.analysis.sequential import Decision, PairedSprt
 from stress.analysis.stats import (
@@ -82,6 +84,7 @@ class CompareResult:
     gone_in_b: list[tuple[str, str]] = field(default_factory=list)
     signatures: list[dict[str, Any]] = field(default_factory=list)  # per signature, by trials
     decided_by: str = ""  # "sequential" | "fisher at the budget" | "harness"
+    header: list[tuple[str, str]] = field(default_factory=list)  # what was tested (header.py)
 
     def arm(self, name: str) -> list[Trial]:
         return [t for t in self.trials if t.stack == name and not t.harness]
@@ -94,7 +97,8 @@ class CompareResult:
                 "new_in_b": [{"id": i, "key": k} for i, k in self.new_in_b],
                 "gone_in_b": [{"id": i, "key": k} for i, k in self.gone_in_b],
                 "signatures": self.signatures,
-                "per_trial": [t.as_dict() for t in self.trials]}
+                "per_trial": [t.as_dict() for t in self.trials],
+                "header": header.as_dict(self.header)}
 
 
 def pair_line(pair: int, a: Sequence[Trial], b: Sequence[Trial], sprt: PairedSprt,
@@ -197,9 +201,11 @@ def _rate(r: Rate) -> str:
             f"[{fmt_rate(r.low if r.low > _ROUNDING else 0.0)}, {fmt_rate(r.high)}]")
 
 
-def render(r: CompareResult) -> str:
+def render(r: CompareResult, with_header: bool = True) -> str:
+    """The text answer, after what was tested (the header; a grid prints it once for all)."""
     ta, tb = r.arm(r.a), r.arm(r.b)
-    lines = [f"VERDICT  {r.verdict.value}  (A = {r.a}, B = {r.b}; {len(tb)} pairs, "
+    head = [header.text(r.header), ""] if with_header and r.header else []
+    lines = [*head, f"VERDICT  {r.verdict.value}  (A = {r.a}, B = {r.b}; {len(tb)} pairs, "
              f"decided by {r.decided_by or '-'})", f"         {r.reason}"]
     for name, stack, arm in (("A", r.a, ta), ("B", r.b, tb)):
         runtimes = sorted({f"{t.runtime} from {t.runtime_path}" for t in arm if t.runtime})
@@ -228,6 +234,39 @@ def render(r: CompareResult) -> str:
 
 
 # --- the real trials: soaks under built stacks -----------------------------------------------
+
+def trial_manifests(trials: Iterable[Trial]) -> list[dict[str, Any]]:
+    """The manifests of these trials' soaks (summary.json in each trial's run folder): what
+    each ran (runtime, compiler, target, device, host). A trial that never ran a soak, or
+    whose folder is gone, has none."""
+    out = []
+    for run_dir in dict.fromkeys(t.run_dir for t in trials if t.run_dir):
+        try:
+            summary = json.loads((Path(run_dir) / "summary.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if summary.get("manifest"):
+            out.append(summary["manifest"])
+    return out
+
+
+def verdict_header(arms: Sequence[tuple[str, Sequence[Trial]]], base: SoakOptions,
+                   seed: int, seeds: str) -> list[tuple[str, str]]:
+    """What a compare, grid or bisect tested (the header soak, report and gate begin with):
+    each stack's runtime from its trials' own manifests, the shared facts once, how the
+    trials' seeds were chosen, and the command that reruns this one."""
+    import os
+    import platform
+
+    from stress import __version__
+    from stress.soak.plan import command_line
+
+    before = {"tool_version": __version__, "host": platform.node(), "os": platform.platform(),
+              "cores": os.cpu_count(), "config": {"engine": engine_of(base).value,
+                                                  "target": base.target or "cpu"}}
+    return header.of_arms([(label, trial_manifests(ts)) for label, ts in arms],
+                          header.rerun_command(command_line(base, seed)), seeds, before)
+
 
 def engine_of(base: SoakOptions) -> Engine:
     """What runs a trial's jobs (`--engine`): what a trial must show to count as a result."""
@@ -398,9 +437,22 @@ def build_all(chosen: Sequence[Any], base: SoakOptions,
         try:
             built[st.name] = provision.build(st, base.cache_dir, log)
         except spec.StackError as exc:
+            for done in built.values():
+                done.release()
             raise UsageError(str(exc)) from None
         keys[st.name] = plan_key({"venv": st.key(), "env": st.env, "rocm": st.rocm})
     return built, keys
+
+
+@contextmanager
+def in_use(built: Mapping[str, Any]) -> Iterator[None]:
+    """The stacks' cached folders held (shared locks, taken by `provision.build`) while the
+    block runs: `iree-stress clean --cache` skips them meanwhile."""
+    try:
+        yield
+    finally:
+        for b in built.values():
+            b.release()
 
 
 def run_compare(base: SoakOptions, stacks_file: Path, a: str, b: str, max_pairs: int,
@@ -412,12 +464,16 @@ def run_compare(base: SoakOptions, stacks_file: Path, a: str, b: str, max_pairs:
         raise UsageError("compare needs two different stacks")
     seed = base.seed if base.seed is not None else int.from_bytes(os.urandom(3), "little")
     built, keys = prepare(stacks_file, [a, b], base, log)
-    out = out_dir or Path("results") / f"compare-{a}-{b}-{time.strftime('%Y%m%d-%H%M%S')}"
-    log(f"compare A={a} B={b}: up to {max_pairs} pairs, seed {seed}, trials in {out}")
-    for name in (a, b):
-        log(f"  {built[name].stack.describe()} -> {built[name].python}")
-    runner = Cached(SoakTrials(base, built, out, log),
-                    TrialCache(out, base_plan_key(base, seed), keys, family_key(base)))
-    result = compare(runner, a, b, seed, max_pairs, log)
-    atomic_write(out / "compare.json", json.dumps(result.as_dict(), indent=1).encode())
+    with in_use(built):
+        out = out_dir or Path("results") / f"compare-{a}-{b}-{time.strftime('%Y%m%d-%H%M%S')}"
+        log(f"compare A={a} B={b}: up to {max_pairs} pairs, seed {seed}, trials in {out}")
+        for name in (a, b):
+            log(f"  {built[name].stack.describe()} -> {built[name].python}")
+        runner = Cached(SoakTrials(base, built, out, log),
+                        TrialCache(out, base_plan_key(base, seed), keys, family_key(base)))
+        result = compare(runner, a, b, seed, max_pairs, log)
+        result.header = verdict_header(
+            [(f"A {a}", result.arm(a)), (f"B {b}", result.arm(b))], base, seed,
+            f"{seed} (pair i: {seed} + i, the same for A and B)")
+        atomic_write(out / "compare.json", json.dumps(result.as_dict(), indent=1).encode())
     return result

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stress.analysis import header
 from stress.errors import UsageError
 from stress.fs import atomic_write
 from stress.verdicts.compare import (
@@ -21,7 +22,9 @@ from stress.verdicts.compare import (
     build_all,
     compare,
     family_key,
+    in_use,
     render,
+    verdict_header,
 )
 from stress.verdicts.trials import Cached, TrialCache, TrialRunner
 
@@ -52,12 +55,13 @@ def compare_grid(runner: TrialRunner, a: str, b: str, a_iree_b_rocm: str, b_iree
 
 
 def render_grid(results: Sequence[CompareResult]) -> str:
-    lines = [f"GRID  A = {results[0].a}"]
+    head = results[0].header if results else []
+    lines = [*([header.text(head), ""] if head else []), f"GRID  A = {results[0].a}"]
     for question, r in zip(GRID_QUESTIONS, results, strict=True):
         lines.append(f"  {question:<16} B = {r.b:<40} {r.verdict.value:<20} "
                      f"({len(r.arm(r.b))} pairs)")
     lines.append("")
-    lines += [render(r) for r in results]
+    lines += [render(r, with_header=False) for r in results]
     return "\n".join(lines)
 
 
@@ -77,11 +81,18 @@ def run_grid(base: SoakOptions, stacks_file: Path, a: str, b: str, max_pairs: in
     if base.python:
         raise UsageError("--python and stacks exclude each other")
     built, keys = build_all([sa, sb, ab, ba], base, log)
-    out = out_dir or Path("results") / f"grid-{a}-{b}-{time.strftime('%Y%m%d-%H%M%S')}"
-    log(f"grid A={a} B={b}: crossed {ab.name}, {ba.name}; seed {seed}; trials in {out}")
-    runner = Cached(SoakTrials(base, built, out, log),
-                    TrialCache(out, base_plan_key(base, seed), keys, family_key(base)))
-    results = compare_grid(runner, a, b, ab.name, ba.name, seed, max_pairs, log)
-    atomic_write(out / "grid.json", json.dumps([r.as_dict() for r in results],
-                                               indent=1).encode())
+    with in_use(built):
+        out = out_dir or Path("results") / f"grid-{a}-{b}-{time.strftime('%Y%m%d-%H%M%S')}"
+        log(f"grid A={a} B={b}: crossed {ab.name}, {ba.name}; seed {seed}; trials in {out}")
+        runner = Cached(SoakTrials(base, built, out, log),
+                        TrialCache(out, base_plan_key(base, seed), keys, family_key(base)))
+        results = compare_grid(runner, a, b, ab.name, ba.name, seed, max_pairs, log)
+        arms = {r.b: r.arm(r.b) for r in results} | {a: [t for r in results for t in r.arm(a)]}
+        head = verdict_header([(name, arms[name]) for name in (a, b, ab.name, ba.name)
+                               if name in arms], base, seed,
+                              f"{seed} (pair i: {seed} + i, the same for every stack)")
+        for r in results:
+            r.header = head
+        atomic_write(out / "grid.json", json.dumps([r.as_dict() for r in results],
+                                                   indent=1).encode())
     return results

@@ -25,6 +25,7 @@ class Drawn:
     events: list[tuple[float, str]]
     rc: int
     total_s: float
+    raw: bytes = b""  # every byte drawn, escapes included (`screen` replays them)
 
     @property
     def first_s(self) -> float:
@@ -51,6 +52,7 @@ def run_on_terminal(argv: list[str], env: dict[str, str], cwd: Path,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(slave)
     events: list[tuple[float, str]] = []
+    raw = bytearray()
     try:
         while time.monotonic() - start < timeout:
             ready, _, _ = select.select([master], [], [], _READ_WAKE_S)
@@ -62,6 +64,7 @@ def run_on_terminal(argv: list[str], env: dict[str, str], cwd: Path,
                     data = b""
                 if not data and proc.poll() is not None:
                     break
+                raw += data
                 text = _ANSI.sub("", data.decode(errors="replace"))
                 shown = [x.strip() for x in re.split(r"[\r\n]", text) if x.strip()]
                 if shown:
@@ -73,4 +76,39 @@ def run_on_terminal(argv: list[str], env: dict[str, str], cwd: Path,
     finally:
         os.close(master)
     rc = proc.wait()
-    return Drawn(events, rc, time.monotonic() - start)
+    return Drawn(events, rc, time.monotonic() - start, bytes(raw))
+
+
+_CONTROL = re.compile(r"\x1b\[([0-9;]*)([A-Za-z])|\x1b\][^\x07]*\x07|\x1b[78]|[\r\n\b]")
+
+
+def screen(raw: bytes) -> list[str]:
+    """The lines left on screen once `raw` is drawn: enough of a terminal for what pytest and
+    iree-stress draw (carriage return, backspace, erase to the end of the line, cursor back,
+    colours and OSC sequences ignored; no wrapping)."""
+    lines, row, col = [""], 0, 0
+    text = raw.decode(errors="replace")
+    pos = 0
+    for m in [*_CONTROL.finditer(text), None]:
+        chunk = text[pos:m.start() if m else len(text)]
+        if chunk:
+            line = lines[row].ljust(col)
+            lines[row] = line[:col] + chunk + line[col + len(chunk):]
+            col += len(chunk)
+        if m is None:
+            break
+        pos = m.end()
+        code = m.group(0)
+        if code == "\n":
+            row, col = row + 1, 0
+            if row == len(lines):
+                lines.append("")
+        elif code == "\r":
+            col = 0
+        elif code == "\b":
+            col = max(0, col - 1)
+        elif m.group(2) == "K":
+            lines[row] = lines[row][:col]
+        elif m.group(2) == "D":
+            col = max(0, col - int(m.group(1) or 1))
+    return [line.rstrip() for line in lines]

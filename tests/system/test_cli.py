@@ -62,13 +62,33 @@ def test_a_program_that_does_not_compile_is_one_line_naming_the_users_file_and_l
     assert not (tmp_path / "run").exists()  # a failed start leaves no folder (item 8)
 
 
-def test_programs_refuses_a_user_file_that_does_not_compile(tmp_path: Path) -> None:
+def test_programs_lists_a_broken_user_file_as_broken_in_soaks_own_words(tmp_path: Path) -> None:
+    """issue 28 item 5: `programs --program bad.mlir` listed a file that does not compile as
+    fine; now it is refused, and said as soak says the same error (one line, exit 2)."""
     (tmp_path / "bad.mlir").write_text(BAD_MLIR)
-    res = run_cli("programs", "--mlir", "bad.mlir", cwd=tmp_path)
-    assert res.rc == 2 and "bad.mlir:2:23" in res.stderr
+    listed = run_cli("programs", "--program", "bad.mlir", cwd=tmp_path)  # (the old spelling)
+    soaked = run_cli("soak", "-t", "cpu", "-d", "5s", "-q", "--mlir", "bad.mlir", "--results",
+                     str(tmp_path / "run"), cwd=tmp_path)
+    assert (listed.rc, soaked.rc) == (2, 2)
+    assert "user.bad " not in listed.stdout and "programs" not in listed.stderr.split(": ")[0]
+    line = listed.stderr.strip()
+    assert line == soaked.stderr.strip().splitlines()[-1], (listed.stderr, soaked.stderr)
+    assert line == ("iree-stress: error: 1 program(s) failed to compile for cpu:generic: "
+                    "user.bad: bad.mlir:2:23: error: use of undeclared SSA value name")
     good = REPO / "stress" / "programs" / "mlir" / "examples" / "scale_shift.mlir"
     res = run_cli("programs", "--mlir", str(good))
     assert res.rc == 0 and "user.scale_shift" in res.stdout
+
+
+def test_soak_quiet_writes_nothing_to_stderr_on_a_clean_run(tmp_path: Path) -> None:
+    """-q: nothing on stderr when nothing goes wrong, the cold compile and the driver check
+    included (the summary is stdout's)."""
+    res = run_cli("soak", "-t", "cpu", "-w", "1", "--programs", "unary.exp.f32.64x64", "-d",
+                  "2s", "-q", "--results", str(tmp_path / "run"),
+                  env={"IREE_STRESS_CACHE": str(tmp_path / "cold-cache")})
+    assert res.rc == 0, res.stderr
+    assert res.stderr == ""
+    assert res.stdout.strip().endswith("no failures"), res.stdout
 
 
 def default_sigint() -> None:

@@ -50,6 +50,40 @@ def test_an_unresolvable_requirement_is_exit_2_naming_file_and_line(tmp_path: Pa
     assert not (tmp_path / "out").exists()  # nothing ran
 
 
+HEADER = ("iree-stress", "runtime", "compiler", "target", "device", "driver", "host", "seed",
+          "rerun")
+
+
+def header_of(text: str) -> dict[str, str]:
+    """The `label: value` lines before the first blank line (what was tested, first)."""
+    head = text.split("\n\n", 1)[0].splitlines()
+    return dict(line.split(": ", 1) for line in head if ": " in line)
+
+
+def test_compare_and_bisect_say_what_was_tested_first_in_text_and_json(tmp_path: Path) -> None:
+    """issue 28 item 4: soak, report and gate outputs begin with the header; compare's and
+    bisect's did not (no runtime, compiler, target, device, host nor command line)."""
+    f = tmp_path / "stacks.toml"
+    f.write_text('[stacks.one]\n\n[stacks.two]\nenv = { IREE_STRESS_NOTE = "2" }\n\n'
+                 '[stacks.three]\nenv = { IREE_STRESS_NOTE = "3" }\n')
+    for cmd in (["compare", "one", "two", "--trials", "1"],
+                ["bisect", "--good", "one", "--bad", "three", "--max-trials", "2"]):
+        args = [*cmd, "--stacks", str(f), *SMALL, "--seed", "3", "--results",
+                str(tmp_path / cmd[0])]
+        text = iree_stress(*args)
+        assert text.returncode in (0, 3), text.stderr
+        head = header_of(text.stdout)
+        assert tuple(k for k in head if k in HEADER) == HEADER, text.stdout
+        assert head["target"] == "cpu:generic" and head["device"].startswith("local-task")
+        assert head["runtime"].split()[0][0].isdigit()  # a version: the same for every stack
+        assert head["rerun"].startswith(f"iree-stress {cmd[0]} ")
+        assert "--stacks" in head["rerun"] and "--results" not in head["rerun"]
+        answer = text.stdout.split("\n\n", 1)[1]
+        assert answer.startswith("VERDICT" if cmd[0] == "compare" else "BISECT"), text.stdout
+        js = iree_stress(*args, "--json")  # (its trials are on disk now: reused)
+        assert json.loads(js.stdout)["header"] == {**head, "rerun": head["rerun"] + " --json"}
+
+
 @pytest.mark.slow
 def test_runtime_3_12_against_3_13_from_pypi_shows_no_difference_each_with_its_own_runtime(
         tmp_path: Path) -> None:

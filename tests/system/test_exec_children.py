@@ -18,6 +18,7 @@ import pytest
 
 from stress.engine.postmortem import read_core_notes
 from tests.conftest import REPO, run_cli
+from tests.helpers.files import unreadable
 
 pytestmark = pytest.mark.system
 
@@ -201,3 +202,4 @@ def test_a_test_binary_crashing_under_ctest_in_its_build_folder_is_found_by_its_
     keys = [s["key"] for s in json.loads(res.stdout)["signatures"]]
     assert len(keys) == 1 and keys[0].startswith("crash|SIGSEGV|run||helper_crash_in_compile")
     assert cores_under(proj) == [] and cores_under(run) == []
+    assert unreadable(run) == {}  # the evidence of cores moved in, as readable as the rest

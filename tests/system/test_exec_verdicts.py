@@ -44,7 +44,9 @@ def test_compare_says_b_worse_when_b_s_environment_makes_the_command_crash_more(
                   "--engine", "exec", "-n", "3", "--trials", "20", "--seed", "11",
                   "--results", str(out), "--", *env_command(flaky), timeout=600, cwd=tmp_path)
     assert res.rc == 1, res.stdout + res.stderr[-3000:]
-    first, reason, arm_a, arm_b = res.stdout.splitlines()[:4]
+    head, _, answer = res.stdout.partition("\n\n")  # what was tested, then the answer
+    assert head.startswith("iree-stress: ") and "\ntarget: " in head, res.stdout
+    first, reason, arm_a, arm_b = answer.splitlines()[:4]
     assert first.startswith("VERDICT  B worse  (A = calm, B = crashy;")
     assert "harness" not in first and "cannot start" not in reason
     assert arm_a.split()[:2] == ["A", "calm"] and arm_a.split()[2].startswith("0/")
@@ -65,7 +67,9 @@ def test_compare_of_a_command_that_cannot_start_is_inconclusive_not_a_stack_resu
                   "--engine", "exec", "-n", "2", "--results", str(tmp_path / "cmp"),
                   "--", str(tmp_path / "no-such-test"), timeout=120, cwd=tmp_path)
     assert res.rc == 3, res.stdout + res.stderr[-3000:]
-    assert res.stdout.startswith("VERDICT  inconclusive")
+    head, _, answer = res.stdout.partition("\n\n")
+    assert answer.startswith("VERDICT  inconclusive"), res.stdout
+    assert head.startswith("iree-stress: ") and "runtime (A calm): not reported" in head
     assert "cannot start: the command" in res.stdout and "no-such-test" in res.stdout
 
 
@@ -125,7 +129,7 @@ def test_compare_runs_the_command_from_each_stack_s_rocm_tree_first_on_path_and_
                   "--seed", "1", "--results", str(out), "--", "rocm-selftest", timeout=300,
                   cwd=tmp_path)
     assert res.rc == 1, res.stdout + res.stderr[-3000:]
-    assert res.stdout.startswith("VERDICT  B worse  (A = a, B = b;")
+    assert res.stdout.partition("\n\n")[2].startswith("VERDICT  B worse  (A = a, B = b;")
     saved = json.loads((out / "compare.json").read_text())
     for trial in saved["per_trial"]:  # B's failures are its tool's exit 1, never the exit 2
         #   of a tool that ran with another tree's libraries

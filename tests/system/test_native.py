@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from tests.conftest import run_cli
+from tests.helpers.files import unreadable
 
 pytestmark = pytest.mark.system
 
@@ -99,6 +100,22 @@ def test_a_native_crash_in_teardown_keeps_its_replay_and_repro_counts_each_fault
         healthy = sorted((tmp_path / "healthy" / "native" / "replays").glob("*.ireereplay"))
     res = run_cli("repro", "--replay", "--times", "2", str(healthy[0]), timeout=120)
     assert res.rc == 0 and "exited 0 in 2/2 runs" in res.stdout, res.stdout + res.stderr
+
+
+def test_every_file_of_a_recorded_native_run_with_a_crash_is_readable_by_the_group(
+        tmp_path: Path, cpu_artifacts: dict[str, Path], fault_lib: Path) -> None:
+    """issue 28 item 8: iree-run-module writes its HAL replays 0640 (others could not read
+    them: a shared results folder, a CI artifact upload); the run keeps them as readable as
+    the rest of its files."""
+    run = tmp_path / "run"
+    s = native_soak(run, "-n", "6", "--record", env={
+        "LD_PRELOAD": str(fault_lib), "IREE_FAULT_JOIN": "segv", "IREE_FAULT_JOIN_PROB": "0.5",
+        "IREE_FAULT_JOIN_CALLER": "iree-run-module"})
+    if not s["failed"]:  # (p = 0.5 per join, several joins per job: 1 in thousands)
+        pytest.skip("no fault fired in 6 jobs: no crash to look at")
+    replays = list(run.rglob("*.ireereplay"))  # a crash's, in its failure folder, and healthy
+    assert replays, sorted(run.rglob("*"))
+    assert unreadable(run) == {}
 
 
 def test_a_native_job_that_blocks_in_teardown_after_its_output_is_a_teardown_hang(

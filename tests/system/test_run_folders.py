@@ -9,17 +9,22 @@ import hashlib
 import json
 import os
 import sqlite3
-import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from stress.runtimes import spec
 from stress.store.db import RunStore
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
+from tests.helpers.files import unreadable
 
 pytestmark = pytest.mark.system
 
+UNLIMITED_CORES = ("sh", "-c", 'ulimit -c unlimited 2>/dev/null; exec "$@"', "sh")  # cores,
+#   where the host's core_pattern writes them, are read into the evidence (then deleted)
 SMALL = ["soak", "-t", "cpu", "-w", "1", "--threads", "1", "--programs", "unary.exp.f32.64x64",
          "--patterns", "shared,per-thread"]
 
@@ -93,20 +98,25 @@ def test_resume_continues_the_plan_as_a_new_run_beside_the_old_one(
                                                          "run-resume-2")["jobs"])
 
 
-def test_a_finished_run_leaves_no_side_files_and_its_files_are_readable_by_the_group(
+def test_a_finished_run_leaves_no_side_files_and_every_file_is_readable_by_the_group(
         tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """issue 28 item 8: summary.json and evidence were 0600. The whole folder of a run with a
+    crash (its evidence, cores' folders, the reports written into it, a repro's reruns under
+    the failure folder) is read by other users and CI artifact uploads."""
     run = tmp_path / "run"
     res = run_cli(*SMALL, "-d", "20s", "-q", "--inject", "segv@invoke:0.2", "--max-failures",
-                  "1", "--results", str(run))
+                  "1", "--results", str(run), prefix=UNLIMITED_CORES)
     assert res.rc == 1, res.stderr[-2000:]
     names = {p.name for p in run.iterdir()}
     assert not names & {"stress.db-wal", "stress.db-shm", "worker-path"}, names
-    umask = os.umask(0)
-    os.umask(umask)
-    want = 0o666 & ~umask
-    files = [run / "summary.json", *next((run / "failures").iterdir()).iterdir()]
-    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files if f.is_file()} == \
-        {f.name: want for f in files if f.is_file()}
+    report = run_cli("report", str(run), "--format", "html", "-o", str(run / "report.html"),
+                     "--junit", str(run / "junit.xml"))
+    assert report.rc == 1, report.stderr[-2000:]
+    failure = next((run / "failures").iterdir())
+    repro = run_cli("repro", str(failure), "--times", "1", "-q", prefix=UNLIMITED_CORES)
+    assert repro.rc in (0, 1), repro.stderr[-2000:]
+    assert (failure / "stacks.txt").is_file() and list(failure.glob("repro-*/summary.json"))
+    assert unreadable(run) == {}
 
 
 def test_a_native_soak_keeps_no_inputs_of_programs_that_did_not_fail(
@@ -186,3 +196,43 @@ def test_clean_cache_removes_stacks_by_last_use(tmp_path: Path) -> None:
     assert sorted(p.name for p in (cache / "stacks").iterdir()) == ["fresh-stack"]
     listing = run_cli("runs", str(tmp_path), "--cache-dir", str(cache))
     assert "fresh-stack" in listing.stdout and "1 stack(s)" in listing.stdout
+
+
+USES_A_STACK = """import sys
+from pathlib import Path
+from stress.runtimes import provision, spec
+built = provision.build(spec.load(Path(sys.argv[1]))["held"], Path(sys.argv[2]))
+print(built.venv, flush=True)
+sys.stdin.read()  # in use (as by a compare's trials) until the test closes stdin
+"""
+
+
+def test_clean_cache_skips_a_stack_a_running_compare_uses_and_says_so_in_one_line(
+        tmp_path: Path) -> None:
+    """issue 28 item 8: `clean --cache` removed a stack's venv under a running compare."""
+    cache, f = tmp_path / "cache", tmp_path / "stacks.toml"
+    f.write_text('[stacks.held]\nrequirements = ["iree-base-runtime==3.12.0"]\n')
+    venv = cache / "stacks" / f"held-{spec.load(f)['held'].key()}"
+    (venv / "bin").mkdir(parents=True)  # built by an earlier compare
+    (venv / ".built.json").write_text('{"stack": "held", "freeze": []}')
+    user = subprocess.Popen([sys.executable, "-c", USES_A_STACK, str(f), str(cache)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert user.stdin is not None and user.stdout is not None
+    try:
+        assert user.stdout.readline().strip() == str(venv)  # the other process uses it now
+        clean = ["clean", str(tmp_path / "no-results"), "--cache", "--cache-dir", str(cache),
+                 "--all"]
+        dry = run_cli(*clean, "--dry-run")
+        assert f"would keep stack {venv}: in use by a running compare or bisect" in \
+            dry.stdout.splitlines(), dry.stdout
+        res = run_cli(*clean)
+        assert res.rc == 0, res.stderr
+        said = [ln for ln in res.stdout.splitlines() if str(venv) in ln]
+        assert said == [f"kept stack {venv}: in use by a running compare or bisect"], res.stdout
+        assert (venv / ".built.json").exists()
+    finally:
+        user.stdin.close()
+        user.wait(timeout=60)
+    res = run_cli(*clean)  # no longer in use: it goes
+    assert f"removed stack {venv}" in res.stdout and not venv.exists(), res.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.helpers.terminal import run_on_terminal
+from tests.helpers.terminal import run_on_terminal, screen
 
 pytestmark = pytest.mark.system
 
@@ -37,3 +37,54 @@ def test_a_cold_soak_on_a_terminal_says_something_within_2_s_and_is_never_silent
     assert any(t.startswith("soak: checking the driver") and t.endswith(", 0 s") for t in texts)
     assert sum(t.startswith("compiling for cpu:generic: ") for t in texts) >= 2, timeline
     assert texts[-1] == "no failures", timeline
+
+
+LONG_TESTS = """import time
+
+from stress.ui import Status
+from tests.helpers import heartbeat
+
+
+def test_quick():
+    pass
+
+
+def test_waits_on_a_child():  # a system test: pytest draws its letter when it ends
+    time.sleep(5)
+
+
+def test_shows_its_own_progress(pytestconfig):  # as the corpus compile in a fixture does
+    with heartbeat.live(pytestconfig) as stream:
+        status = Status(True, stream=stream)
+        for i in range(3):
+            status.update(f"compiling {i}/3", force=True)
+            time.sleep(1)
+        status.done("compiled 3/3")
+
+
+def test_quick_after():
+    pass
+"""
+
+
+def test_the_suite_on_a_terminal_names_a_long_test_while_it_runs_and_leaves_pytests_lines(
+        tmp_path: Path) -> None:
+    """issue 28 item 2: the first `dev.py test` on a fresh clone drew nothing for 115 s
+    (bench/results/quickstart_latency.txt): a long test (or a session fixture compiling the
+    corpus) is silent in pytest's output. This suite's conftest (loaded with -p, as
+    `dev.py test` loads it from tests/) shows the running test's name and seconds, and a
+    block's own progress gets a line of its own."""
+    (tmp_path / "test_long.py").write_text(LONG_TESTS)
+    drawn = run_on_terminal([sys.executable, "-m", "pytest", "-p", "tests.conftest",
+                             "--rootdir", str(tmp_path), "-c", os.devnull, "test_long.py"],
+                            {**os.environ, "PYTHONPATH": str(REPO)}, tmp_path, timeout=120)
+    timeline = "\n".join(f"{t:6.2f} {text[:100]}" for t, text in drawn.events)
+    assert drawn.rc == 0, timeline
+    gap, at = drawn.longest_silence()
+    assert gap < _PROMISE_S, f"silent {gap:.1f} s from {at:.1f} s\n{timeline}"
+    assert any(t.endswith("test_waits_on_a_child 3 s") for t in drawn.texts()), timeline
+    lines = screen(drawn.raw)  # the heartbeat is gone: pytest's lines are pytest's alone
+    first = next(i for i, line in enumerate(lines) if line.startswith("test_long.py"))
+    assert lines[first:first + 2] == ["test_long.py ..", "compiled 3/3"], lines
+    last = lines[first + 2]  # pytest still knows where its line is: [100%] at its edge
+    assert last.startswith("..  ") and last.endswith("[100%]") and len(last) < 160, lines

@@ -75,6 +75,25 @@ def test_every_format_carries_the_same_first_screen(run_dir: Path, known_file: P
         assert d["failing_jobs"]["unit"] == "job" and d["failing_jobs"]["clusters"] == 6
 
 
+def test_the_html_report_explains_q_lift_and_design_effect_in_a_legend_under_their_tables(
+        run_dir: Path) -> None:
+    """issue 28 item 9: q, lift and design effect were columns nobody explained."""
+    import re
+
+    page = html.render(report.build([run_dir]))
+    legends = [dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", m))
+               for m in re.findall(r'<dl class="legend">(.*?)</dl>', page)]
+    said = {term: text for legend in legends for term, text in legend.items()}
+    assert "clustering widens the interval" in said["design effect"]
+    assert "divided by its share of healthy windows" in said["lift"]
+    assert "Benjamini-Hochberg" in said["q"]
+    # each under the table whose column it explains (the column head's tooltip says the
+    #   same); the design effect widens the 95% CI column's interval
+    for column, term in (("95% CI", "design effect"), ("lift", "lift"), ("q", "q")):
+        head = re.search(f'<th title="[^"]+">{re.escape(column)}</th>', page)
+        assert head and head.start() < page.index(f"<dt>{term}</dt>"), term
+
+
 def test_correlation_in_the_report_is_aligned_and_says_when_nothing_stands_out(
         run_dir: Path) -> None:
     r = report.build([run_dir])

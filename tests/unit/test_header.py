@@ -82,6 +82,19 @@ def test_runs_that_differ_list_each_value_once() -> None:
     assert h["host"] == "vm, Linux-6.18, Xeon, 16 cores"
 
 
+def test_a_compare_header_says_each_stacks_runtime_and_what_they_share_once() -> None:
+    older = {**CUDA, "iree_runtime": "3.12.0", "iree_revisions": {}}
+    h = header.of_arms([("A old", [older, older]), ("B new", [CUDA]), ("C none", [])],
+                       "iree-stress compare old new --stacks s.toml", "5 (pair i: 5 + i)")
+    keys = [k for k, _ in h]
+    assert keys[:4] == ["iree-stress", "runtime (A old)", "runtime (B new)", "runtime (C none)"]
+    assert dict(h)["runtime (A old)"].startswith("3.12.0 from /site/iree/runtime")
+    assert dict(h)["runtime (C none)"] == "not reported (no trial of it ran)"
+    assert dict(h)["target"] == "cuda:sm_90"  # the same for both: one line
+    assert h[-2:] == [("seed", "5 (pair i: 5 + i)"),
+                      ("rerun", "iree-stress compare old new --stacks s.toml")]
+
+
 def test_a_gate_runs_recorded_command_is_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.argv", ["iree-stress", "gate", "--max-rate", "0.01"])
     assert recorded_command(["--max-rate", "0.01"]) == ["iree-stress", "gate", "--max-rate",

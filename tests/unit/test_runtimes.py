@@ -115,6 +115,21 @@ def test_a_rocm_folder_without_hip_is_a_stack_error(tmp_path: Path) -> None:
         provision.build(spec.load(f)["tar"], tmp_path / "cache")
 
 
+def test_a_built_stack_is_held_until_released_and_clean_may_then_remove_it(
+        tmp_path: Path) -> None:
+    from stress import housekeeping
+
+    f = write(tmp_path, '[stacks.a]\nrequirements = ["iree-base-runtime==3.12.0"]\n')
+    stack = spec.load(f)["a"]
+    venv = tmp_path / "cache" / "stacks" / f"a-{stack.key()}"
+    venv.mkdir(parents=True)
+    (venv / ".built.json").write_text('{"stack": "a", "freeze": []}')
+    built = provision.build(stack, tmp_path / "cache")
+    assert housekeeping.stack_in_use(venv)  # (another open file: flock sees it as another user)
+    built.release()
+    assert not housekeeping.stack_in_use(venv)
+
+
 def built_for(venv: str = "/c/stacks/a", hip: str = "") -> Built:
     st = Stack("a", requirements=("iree-base-runtime==3.12.0",))
     return Built(st, f"{venv}/bin/python", venv=venv, hip_library=hip)
