@@ -18,8 +18,18 @@ calibrated only as far as the trials have pinned the rates down when it stops.
 Calibration: the answers binned by the posterior printed with them; in each bin the mean
 printed posterior against the share right (with its 95% Wilson interval).
 
+"if rates known": at each answer's stop, the posterior of the stack it named had the model
+known the setting's rates and structure (one rise uniform over 1 .. N-1, or two as drawn
+here): exactly calibrated for the setting, so its mean is what the share right should be.
+Printed far below it means the doubt left at the stop is about the rates (or a second rise
+the setting never has), not about where the rise is.
+
     python bench/bisect_simulation.py [--runs 1000] [--candidates 64,20] [--seed 1] [--jobs 2]
-                                      [--prior bad=1,1 --prior second_rise=0.25 ...]
+                                      [--settings 1,4] [--prior bad=1,1 --prior second_rise=0.25]
+
+--seed picks the truths and the trials: develop on seeds other than the committed table's
+(its first line names them), so that the table measures a method not tuned to its own draws.
+--settings picks settings by their index in SETTINGS (a development aid).
 
 --prior replaces a field of the model's prior (analysis.changepoint.Prior) for a comparison:
 good=A,B, bad=A,B, rise=X, second_rise=X, end_weight=X.
@@ -82,6 +92,7 @@ class Tally:
     runs: int = 0
     trials: list[int] = field(default_factory=list)
     answers: list[tuple[float, bool]] = field(default_factory=list)  # (printed, right)
+    known: list[float] = field(default_factory=list)  # per answer: "if rates known" (below)
     stops: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -122,9 +133,10 @@ def from_prior(prior: Prior, n: int, rng: random.Random) -> tuple[list[float], i
     return [g if i < first else b1 if i < second else b2 for i in range(n)], first
 
 
-def one_run(job: tuple[Setting, int, int, int, Prior]) -> tuple[int, str, float, bool]:
-    """One bisection: (trials, stop, printed posterior or -1 when no answer, right); its own
-    seeded generator, so the result does not depend on how runs are spread over processes."""
+def one_run(job: tuple[Setting, int, int, int, Prior]) -> tuple[int, str, float, bool, float]:
+    """One bisection: (trials, stop, printed posterior or -1 when no answer, right, the named
+    stack's posterior had the rates been known or -1); its own seeded generator, so the result
+    does not depend on how runs are spread over processes."""
     setting, n, seed, run, prior = job
     rng = random.Random(f"{seed}/{n}/{setting}/{run}")
     names = [f"s{i:03d}" for i in range(n)]
@@ -135,21 +147,61 @@ def one_run(job: tuple[Setting, int, int, int, Prior]) -> tuple[int, str, float,
              Stop.BAD_END_GOOD: NO_STACK}.get(res.stop)
     answered = res.stop is Stop.CONFIDENT or (setting == FROM_PRIOR and named is not None)
     want = names[first] if first < n else NO_STACK
+    known = -1.0
+    if answered and setting != FROM_PRIOR and named in names:
+        known = float(known_rates(setting, [r.failures for r in res.rows],
+                                  [r.trials for r in res.rows])[names.index(named)])
     return (res.trials, res.stop.value, res.confidence if answered else -1.0,
-            named == want)
+            named == want, known)
+
+
+def known_rates(setting: Setting, failures: list[int], trials: list[int]) -> Any:
+    """P(first rise = k), k = 0 .. n-1, given the counts, when the setting's rates are known and
+    the rises fall where truth() draws them: the first uniform over 1 .. N-1 (1 .. N-2 with a
+    second rise, that one uniform over the stacks after the first)."""
+    import numpy as np
+
+    f = np.asarray(failures, dtype=float)
+    passes = np.asarray(trials, dtype=float) - f
+    n = len(f)
+
+    def cum(r: float) -> Any:  # [i]: log-likelihood of stacks 0 .. i-1 at rate r
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ll = np.where(f > 0, f * np.log(r), 0.0) + np.where(passes > 0,
+                                                                passes * np.log1p(-r), 0.0)
+        return np.concatenate(([0.0], np.cumsum(ll)))
+
+    c = [cum(r) for r in setting]
+    log_post = np.full(n, -np.inf)
+    if len(setting) == 2:
+        log_post[1:] = c[0][1:n] + c[1][n] - c[1][1:n]
+    else:
+        k1, k2 = np.arange(n)[:, None], np.arange(n)[None, :]
+        ok = (k1 >= 1) & (k2 > k1)
+        with np.errstate(invalid="ignore"):
+            joint = np.where(ok, c[0][k1] + c[1][k2] - c[1][k1] + c[2][n] - c[2][k2]
+                             - np.log(np.maximum(n - 1 - k1, 1)), -np.inf)
+        top = joint.max(axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_post = np.where(np.isfinite(top[:, 0]), top[:, 0] + np.log(
+                np.exp(joint - np.where(np.isfinite(top), top, 0.0)).sum(axis=1)), -np.inf)
+    post = np.exp(log_post - log_post.max())
+    return post / post.sum()
 
 
 def simulate(setting: Setting, n: int, runs: int, seed: int, pool: Any = None,
              prior: Prior = PRIOR) -> Tally:
     jobs = [(setting, n, seed, r, prior) for r in range(runs)]
     t = Tally()
-    for trials, stop, printed, right in (pool.imap(one_run, jobs, chunksize=8) if pool
-                                         else map(one_run, jobs)):
+    for trials, stop, printed, right, known in (pool.imap(one_run, jobs, chunksize=8) if pool
+                                                else map(one_run, jobs)):
         t.runs += 1
         t.trials.append(trials)
         t.stops[stop] = t.stops.get(stop, 0) + 1
         if printed >= 0:
             t.answers.append((printed, right))
+            if known >= 0:
+                t.known.append(known)
     return t
 
 
@@ -169,19 +221,20 @@ def report(n: int, runs: int, tallies: list[tuple[Setting, Tally]]) -> list[str]
           f"{CONFIDENCE:.0%}, at most {MAX_TRIALS} trials)")
     print(f"{'rates (good -> bad)':<20} {'answered':>8} {'right/answers':>13} "
           f"{'right/runs':>10} {'inconcl.':>8} {'mean trials':>11} {'p90 trials':>10} "
-          f"{'mean printed':>12}")
-    for i, (s, t) in enumerate(tallies):
+          f"{'mean printed':>12} {'if rates known':>14}")
+    for s, t in tallies:
         a = len(t.answers)
         trials = sorted(t.trials)
         printed = sum(c for c, _ in t.answers) / a if a else 0.0
         mean = sum(trials) / len(trials)
+        known = f"{sum(t.known) / len(t.known):.1%}" if t.known else "-"
         print(f"{label(s):<20} {a / t.runs:>8.1%} {t.right / max(1, a):>13.1%} "
               f"{t.right / t.runs:>10.1%} {1 - a / t.runs:>8.1%} {mean:>11.1f} "
-              f"{trials[int(0.9 * len(trials))]:>10} {printed:>12.1%}")
+              f"{trials[int(0.9 * len(trials))]:>10} {printed:>12.1%} {known:>14}")
         if a and t.right / a < 0.95 and s != FROM_PRIOR:
             missed.append(f"{n} stacks, {label(s)}: {t.right / a:.1%} of the answers right "
                           f"(goal >= 95%)")
-        if i < ORIGINAL and 1 - a / t.runs > 0.05:
+        if SETTINGS.index(s) < ORIGINAL and 1 - a / t.runs > 0.05:
             missed.append(f"{n} stacks, {label(s)}: {1 - a / t.runs:.1%} inconclusive "
                           f"(goal <= 5%)")
         if s == (0.02, 0.5) and n in TRIAL_GOALS and mean > TRIAL_GOALS[n]:
@@ -233,6 +286,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2, help="processes (runs are seeded one by "
                     "one: the output does not depend on it)")
+    ap.add_argument("--settings", default="", help="indices into SETTINGS, comma-separated "
+                    "(default: all)")
     ap.add_argument("--prior", action="append", default=[], metavar="FIELD=VALUE",
                     help="replace a field of the default prior (repeatable)")
     args = ap.parse_args()
@@ -249,15 +304,18 @@ def main() -> None:
     pool = multiprocessing.Pool(args.jobs) if args.jobs > 1 else None
     try:
         for n in (int(x) for x in args.candidates.split(",")):
-            tallies = [(s, simulate(s, n, args.runs, args.seed, pool, prior))
-                       for s in SETTINGS]
+            chosen = ([SETTINGS[int(i)] for i in args.settings.split(",")] if args.settings
+                      else list(SETTINGS))
+            tallies = [(s, simulate(s, n, args.runs, args.seed, pool, prior)) for s in chosen]
             missed += report(n, args.runs, tallies)
     finally:
         if pool is not None:
             pool.close()
     print("\nanswered: runs that named a stack (the rest inconclusive: budget spent, or an "
           "end judged wrong); right/answers: share of the answers naming the first rise; "
-          "printed: the posterior the answer printed")
+          "printed: the posterior the answer printed; if rates known: the named stack's "
+          "posterior at the same stop had the setting's rates been known (its mean is the "
+          "share right a calibrated posterior would have)")
     print(f"\ngoals of issue 27 missed: {len(missed)}" + "".join(f"\n  - {m}" for m in missed))
     print(f"\n{time.monotonic() - t0:.0f} s wall, {args.jobs} process(es)")
 

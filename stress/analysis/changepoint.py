@@ -24,7 +24,40 @@ states (a bisection leaves most stacks untested), and only for pairs whose close
 (the chance is <= 1) is within PRUNE_NATS of the best: the rest carry less than e^-PRUNE_NATS
 of the posterior each. Over 64 stacks a posterior takes 1-2 ms early in a bisection and up to
 ~10 ms with 40 or more stacks tested and the posterior still flat (a faint fault late in its
-budget): bench/bisect_simulation.py's 14,000 bisections take 32 minutes on 2 cores.
+budget): bench/bisect_simulation.py's 14,000 bisections take 24 minutes on 2 processes
+(bench/results/bisect_simulation.txt). Most of it is per-call overhead, not arithmetic: every
+state pair in one broadcast (no pruning) gave the same posteriors (to 2e-16) no faster
+(1.1-13.6 ms against 1.3-10.5 ms from 5 to 64 tested stacks), and 48 grid points cost what
+96 do.
+
+What limits it (issue 27). The posterior is exact for this model, so where the truth is drawn
+from the prior it is right as often as it prints. At one fixed setting it is not, and cannot
+be while the rates are unknown: it averages over every rate the trials allow.
+bench/results/bisect_simulation.txt's "if rates known" (the named stack's posterior at the same
+stop had the rates been known) matches the share right within a point in every setting: at a
+clear fault (30-50% bad) 99.5-100% where this posterior stops at 95.5%; at 2% -> 15% over 64
+stacks 93.2% where it prints 95.6% (its bad rate sits above 15%: the least rise keeps it above
+~12%). The rest was measured on development seeds (1001, 1002), not the table's: of the 4.5
+points held back at 2% -> 50%, ~2 are a faint first rise just before the answer followed by
+the big one (the second-rise hypotheses: 97.6-97.8% without them), 0.2-0.5 the ends, ~2 the
+rates themselves (97.8-97.9% with neither: a stack that failed a few trials may be good if
+good stacks fail 12%, one that passed 20 may be bad if bad ones fail 12%). Every knob that
+gives those back is paid for where a fault is faint or rises twice (20 stacks, 2% -> 50% took
+37.1 trials with the defaults, right 100%):
+- no second rise: 32.4 trials, but a rate that rises twice is answered by its second rise
+  (right 63% of the answers); P(second rise) 10%: 33.2 trials, right 89.5% there; 20%: 34.2;
+- bad rates uniform: 34.3 trials; steeper, Beta(1, 3): 41.7 (2% -> 15% no better over 64
+  stacks: 92.5% of 106 answers right); a least rise of 5 points: 49.4; good rate Beta(1, 50)
+  or Beta(0.5, 20): 37.6, 39.8; the ends at ~0: 36.4;
+- every one of them still right 100% of the time at ~95.5% printed at 2% -> 50%.
+The choice of the next trial is not where trials go to waste either: a two-step lookahead
+(expected entropy after the best next trial, over the 4 best first ones) took 38.5 trials
+against 37.6; choosing by the expected top posterior stalls (140 trials, 20% inconclusive).
+Stopping only when the next trial's worse outcome would keep the answer at the asked
+confidence prints 98.1-98.4% at clear faults (right 100%: inside 3 points) and 97.4% at
+2% -> 15% (right 98.7%), but takes 10 more trials at 2% -> 50% (49.8 against 39.8): it would
+meet the calibration bins by spending trials, not by a better posterior (the same posterior,
+as far below the known-rates one, only stopped later), so it is not the default.
 """
 
 from __future__ import annotations

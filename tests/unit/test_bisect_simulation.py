@@ -1,0 +1,44 @@
+"""bench/bisect_simulation.py's "if rates known" reference (issue 27): the posterior a model
+that knew the setting's rates would print, checked against sums written out by hand."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from bisect_simulation import known_rates  # noqa: E402
+
+
+def _lik(f: int, m: int, r: float) -> float:
+    return float(r ** f * (1 - r) ** (m - f))
+
+
+def test_one_rise_with_known_rates_is_the_likelihood_over_the_inner_stacks() -> None:
+    f, m = [0, 1, 2, 3], [4, 3, 3, 4]
+    g, b = 0.1, 0.6
+    w = [math.prod(_lik(f[i], m[i], g if i < k else b) for i in range(4)) for k in (1, 2, 3)]
+    want = [0.0] + [x / sum(w) for x in w]  # the first rise is never the good end
+    assert list(known_rates((g, b), f, m)) == pytest.approx(want, abs=1e-12)
+
+
+def test_two_rises_with_known_rates_sum_over_the_second_rise_uniform_after_the_first() -> None:
+    f, m, n = [0, 1, 1, 3, 4], [5, 4, 5, 4, 5], 5
+    rates = (0.02, 0.2, 0.7)
+    post = [0.0] * n
+    for k1, k2 in itertools.product(range(1, n), range(1, n)):
+        if k2 > k1:
+            lik = math.prod(_lik(f[i], m[i], rates[(i >= k1) + (i >= k2)]) for i in range(n))
+            post[k1] += lik / (n - 1 - k1)
+    want = [x / sum(post) for x in post]
+    assert list(known_rates(rates, f, m)) == pytest.approx(want, abs=1e-12)
+
+
+def test_a_failure_on_a_stack_that_cannot_fail_rules_out_every_rise_after_it() -> None:
+    got = known_rates((0.0, 0.5), [0, 0, 1, 1], [3, 3, 1, 2])
+    assert got[3] == 0.0 and got[1] + got[2] == pytest.approx(1.0)
