@@ -100,7 +100,7 @@ def test_resume_continues_the_plan_as_a_new_run_beside_the_old_one(
 
 
 def test_a_finished_run_leaves_no_side_files_and_every_file_is_readable_by_the_group(
-        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+        tmp_path: Path, cpu_artifacts: dict[str, Path], usual_umask: None) -> None:
     """issue 28 item 8: summary.json and evidence were 0600. The whole folder of a run with a
     crash (its evidence, cores' folders, the reports written into it, a repro's reruns under
     the failure folder) is read by other users and CI artifact uploads."""
