@@ -77,7 +77,8 @@ def programs(programs: tuple[str, ...], program_files: tuple[str, ...], kind: st
         tgt = targets.parse(target)
         report = cache.ArtifactCache(Path(cache_dir)).compile_all(users, tgt)
         if report.errors:  # (listed as fine, it would fail at the soak: said as soak says it)
-            raise UsageError(report.failure_line(tgt.name))
+            raise UsageError(report.failure_line(
+                tgt.name, cache.rerun_hint(tgt.name, (), program_files)))
     progs += users
     if not progs:
         raise UsageError("no program matches those filters")
@@ -119,13 +120,16 @@ def compile(target: str | None, programs: tuple[str, ...], program_files: tuple[
     if verbose:
         for err in report.errors:
             click.echo(err.describe(), err=True)
-    if report.errors:  # (what did compile is in the cache; `programs` lists them)
-        raise UsageError(report.failure_line(tgt.name))
-    click.echo(f"{tgt.name}: {report.compiled} compiled, {report.cached} cached, "
-               f"0 failed ({report.compiler_version}) -> {cache_dir}")
-    if export_dir is not None:
+    if not (quiet and report.errors):
+        click.echo(f"{tgt.name}: {report.compiled} compiled, {report.cached} cached, "
+                   f"{len(report.errors)} failed ({report.compiler_version}) -> {cache_dir}")
+    if export_dir is not None and report.artifacts:  # (compile here, soak elsewhere: what
+        #   did compile goes; the exit status still says some did not)
         click.echo(f"exported {len(report.artifacts)} artifacts -> "
                    f"{cache.export(report, export_dir)}")
+    if report.errors:  # (what did compile is in the cache; `programs` lists them)
+        raise UsageError(report.failure_line(
+            tgt.name, cache.rerun_hint(tgt.name, programs, program_files)))
 
 
 @cli.command(context_settings=CONTEXT)

@@ -82,7 +82,9 @@ def _hold_stack(folder: Path) -> int | None:
     compare or bisect uses the stack now."""
     lock = folder.parent / f"{folder.name}.lock"
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        # (read-only: flock needs no write access, and in a cache a group shares the lock
+        #   file may be another user's 0644 one; made only when missing)
+        fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -298,16 +300,21 @@ def clean(folder: Path, cache: Path | None, older_than_s: float | None, keep: in
         for kind, k in (("stack", keep), ("artifact", None)):
             chosen += choose([e for e in cached if e.kind == kind], older_than_s, k, max_size,
                              everything)
-    freed, gone = 0, 0
+    freed, gone, kept = 0, 0, 0
     for e in chosen:
         busy = stack_in_use(e.path) if dry_run and e.kind == "stack" else \
             not dry_run and not remove(e)
         if busy:
+            kept += 1
             yield f"{'would keep' if dry_run else 'kept'} {e.kind} {e.path}: {_IN_USE[e.kind]}"
             continue
         freed, gone = freed + e.size, gone + 1
         yield (f"{'would remove' if dry_run else 'removed'} {e.kind} {e.path} "
                f"({size_text(e.size)})")
+    if kept and max_size is not None:  # (nothing newer is removed in its place)
+        stay = "would stay" if dry_run else "stayed"
+        yield (f"{kept} chosen entr{'y' if kept == 1 else 'ies'} in use {stay}: what is left "
+               f"may be over --max-size {size_text(max_size)}")
     yield (f"{'would free' if dry_run else 'freed'} {size_text(freed)} "
            f"({gone} entr{'y' if gone == 1 else 'ies'})")
 

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,18 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
 @pytest.hookimpl(trylast=True)  # (after pytest's terminal reporter is made)
 def pytest_configure(config: pytest.Config) -> None:
     heartbeat.pytest_configure(config)  # a long test on a terminal: its name and seconds
+
+
+@pytest.fixture
+def usual_umask() -> Iterator[None]:
+    """The test (and every process it starts) runs under umask 022, whatever the runner's:
+    a file-mode test under 077 would find nothing readable by others expected, and pass
+    whatever the modes (tests/helpers/files.py)."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 @pytest.fixture(scope="session")

@@ -173,26 +173,32 @@ def of_arms(arms: Sequence[tuple[str, Sequence[dict[str, Any]]]], command: str,
     every arm is one line; one that differs (the runtime, most often) gets a line per arm,
     `runtime (A iree-3.12): ...`. `seed` says how the trials' seeds were chosen, `command` is
     the compare's or bisect's own command line (a trial's soak is not what a user reruns).
-    When no trial ran (a stack that cannot start), `before` (a manifest of what is known
-    without one: tool, target, host) gives those lines."""
+    A fact only some stacks reported is labelled with theirs (`runtime (C, D): ...`); the
+    stacks of which no trial ran (one that cannot start) are one line, `not run: A, B`. When
+    none ran, `before` (a manifest of what is known without a trial: tool, target, host) gives
+    those lines."""
     per = [(label, dict(rows(ms))) for label, ms in arms if ms]
+    untried = [label for label, ms in arms if not ms]
     out: list[tuple[str, str]] = []
     if not per and before is not None:
         out += [(k, v) for k, v in rows([before]) if k in _BEFORE_ANY_RUN]
-    labels = list(per[0][1]) if per else []
-    for key in labels:
+    keys: dict[str, None] = {}  # (every arm's: a fact the first arm's runs did not report
+    for _, facts in per:        #   may come from a later one)
+        keys.update(dict.fromkeys(facts))
+    for key in keys:
         if key in ("seed", "rerun"):
             continue
         values = {label: facts[key] for label, facts in per if key in facts}
         if len(set(values.values())) == 1:
-            out.append((key, next(iter(values.values()))))
+            # (a value some stacks did not report is theirs only: `runtime (C, D): ...`; the
+            #   tool, target and host are every stack's, whichever ran)
+            everyone = len(values) == len(arms) or key in _BEFORE_ANY_RUN
+            shared = key if everyone else f"{key} ({', '.join(values)})"
+            out.append((shared, next(iter(values.values()))))
         else:
             out += [(f"{key} ({label})", value) for label, value in values.items()]
-        if key == "runtime":
-            out += [(f"runtime ({label})", "not reported (no trial of it ran)")
-                    for label, ms in arms if not ms]
-    if not per:
-        out += [(f"runtime ({label})", "not reported (no trial of it ran)") for label, _ in arms]
+    if untried:
+        out.append(("not run", ", ".join(untried)))
     out.append(("seed", seed))
     if command:
         out.append(("rerun", command))

@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from stress.programs.targets import Target
 from stress.ui import Status, duration_text, eta
 
 _STATUS_WAKE_S: float = 0.5  # how often a compile's status line may move while none finishes
+_NAMES_ROOM: int = 160  # characters of failed programs' names a one-line error lists at most
 
 
 @dataclass
@@ -44,14 +46,38 @@ class CompileReport:
     cached: int = 0
     compiler_version: str = ""
 
-    def failure_line(self, target: str) -> str:
-        """What a failed compile is to a user, one line, said alike by soak, compile and
-        programs: how many programs failed and the first one's first diagnostic, in the
-        user's own file and line (`bad.mlir:2:23: error: ...`, never the cache's copy)."""
-        more = f"; {len(self.errors) - 1} more: `iree-stress compile --verbose` shows each" \
-            if len(self.errors) > 1 else ""
+    def failure_line(self, target: str, hint: str) -> str:
+        """What a failed compile is to a user, one line, said alike by soak, compile, programs
+        and compare: how many programs failed, the first one's first diagnostic in the user's
+        own file and line (`bad.mlir:2:23: error: ...`, never the cache's copy), the names of
+        the others, and `hint` (`rerun_hint(...)`: the command that shows each in full)."""
+        first, rest = self.errors[0], [e.program for e in self.errors[1:]]
+        names = ""
+        if rest:
+            shown: list[str] = []
+            for name in rest:  # (all of them when they fit; a corpus-wide failure is cut)
+                if shown and sum(len(n) + 2 for n in shown) + len(name) > _NAMES_ROOM:
+                    break
+                shown.append(name)
+            cut = f", ... ({len(rest) - len(shown)} not named)" if len(shown) < len(rest) else ""
+            names = f"; and {len(rest)} more: {', '.join(shown)}{cut}"
         return (f"{len(self.errors)} program(s) failed to compile for {target}: "
-                f"{self.errors[0].one_line()}{more}")
+                f"{first.one_line()}{names} ({hint})")
+
+
+def rerun_hint(target: str, programs: Sequence[str], program_files: Sequence[str],
+               compiler: str = "") -> str:
+    """`iree-stress compile --verbose` for the same target and programs, which shows every
+    failure of a compile with its diagnostics and command line (`programs` the user's
+    --programs globs, `program_files` the --mlir files as the user gave them; `compiler` a
+    runtime stack's own iree-compile, which the tool's compile does not use)."""
+    argv = ["iree-stress", "compile", "--verbose", "--target", target]
+    for glob in programs:
+        argv += ["--programs", glob]
+    for file in program_files:
+        argv += ["--mlir", str(file)]
+    instead = f" with {compiler} in place of the tool's iree-compile" if compiler else ""
+    return f"`{shlex.join(argv)}`{instead} shows each in full"
 
 
 EXPORT_MANIFEST = "artifacts.json"

@@ -144,7 +144,9 @@ def _lock_file(path: Path, mode: int) -> IO[str]:
     file meanwhile would guard nothing)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        f = open(path, "a")  # noqa: SIM115  # held past this function: the caller closes it
+        # (read-only: flock needs no write access, and in a cache a group shares the lock
+        #   file may be another user's 0644 one; made only when missing)
+        f = os.fdopen(os.open(path, os.O_RDONLY | os.O_CREAT, 0o644))
         fcntl.flock(f, mode)
         try:
             if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:

@@ -18,7 +18,7 @@ from stress.engine.runfiles import RunFiles
 from stress.engine.session import Observer, Session
 from stress.engine.workermanage import Runner
 from stress.errors import UsageError
-from stress.programs.cache import ArtifactCache, load_export
+from stress.programs.cache import ArtifactCache, load_export, rerun_hint
 from stress.soak import plan as plans
 from stress.soak.options import SoakOptions
 from stress.soak.plan import Plan
@@ -193,7 +193,8 @@ def _compiled(opts: SoakOptions, plan: Plan, phases: Phases, status: Status,
         report = cache.compile_all(plan.programs, target, jobs=opts.compile_jobs, status=status)
     phases.count("compile", report.compiled)
     if report.errors:
-        raise UsageError(report.failure_line(target.name))
+        raise UsageError(report.failure_line(target.name, rerun_hint(
+            target.name, opts.programs, opts.program_files)))
     return {n: a.path for n, a in report.artifacts.items()}, report.compiler_version
 
 

@@ -339,9 +339,10 @@ class SoakTrials:
             store = cache.ArtifactCache(self.base.cache_dir, compiler_path=built.compiler)
             rep = store.compile_all(progs, targets.parse(self.base.target or "cpu"),
                                     jobs=self.base.compile_jobs)
-            if rep.errors:
-                raise UsageError(f"stack {name}: {len(rep.errors)} program(s) failed to "
-                                 f"compile with {built.compiler}: {rep.errors[0].describe()}")
+            if rep.errors:  # (one line, as soak says it; the compiler is the stack's own)
+                tgt = targets.parse(self.base.target or "cpu").name
+                raise UsageError(f"stack {name}: " + rep.failure_line(tgt, cache.rerun_hint(
+                    tgt, self.base.programs, self.base.program_files, built.compiler)))
             path = cache.export(rep, self.out_dir / "artifacts" / name).parent
         self.artifacts[name] = path
         return path

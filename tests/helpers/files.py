@@ -10,6 +10,7 @@ from pathlib import Path
 
 _READ: int = 0o444
 _SEARCH: int = 0o111
+_SHARED: int = 0o055  # the group's and others' read and search bits: a umask must leave them
 
 
 def unreadable(folder: Path) -> dict[str, str]:
@@ -18,6 +19,9 @@ def unreadable(folder: Path) -> dict[str, str]:
     the group and others read (and a folder's search) access. Path -> its mode, in octal."""
     umask = os.umask(0)
     os.umask(umask)
+    # (under 077, say, nothing need be readable by others and any mode passes: the run under
+    #   test is started with the usual 022, the `usual_umask` fixture)
+    assert umask & _SHARED == 0, f"umask {umask:03o} hides files from others: use usual_umask"
     out: dict[str, str] = {}
     for path in [folder, *sorted(folder.rglob("*"))]:
         mode = stat.S_IMODE(path.lstat().st_mode)

@@ -5,7 +5,11 @@ screen still. Like cargo-nextest's line of running tests: once a test has run fo
 _QUIET_S without pytest drawing anything, its name and seconds are drawn after the cursor on
 pytest's own line, redrawn every second, and erased before pytest draws again, so what stays
 on screen (and in a log) is pytest's output alone. Only on a terminal with pytest's default
-fd capture (with `-s` a test's own output goes there); nothing in a CI log.
+fd capture (with `-s` a test's own output goes there), and never where its cursor escapes
+would land in a log or fight another writer: with CI set (a CI runner's pseudo-terminal is a
+log), live logging (log_cli: pytest's log lines would interleave), pytest-xdist (`-n`: workers
+report through the controller), at a debugger's prompt, or while the suite is in the
+terminal's background (a shell job after Ctrl-Z and `bg`).
 
 A fixture or test that shows a child's progress on the terminal (a cold compile) does it
 inside `live(config)`: the heartbeat stands aside and the progress gets a line of its own."""
@@ -58,9 +62,27 @@ class Heartbeat:
             self._write("\x1b[K")
             self.drawn, self.shown = 0, ""
 
+    def _width(self) -> int:
+        """The terminal's own width (pytest's writer says 80 under fd capture, whatever the
+        terminal: a line drawn past the edge wraps, and the cursor-left erase cannot undo that)."""
+        try:
+            return os.get_terminal_size(self.fd).columns
+        except OSError:
+            return 0
+
+    def _foreground(self) -> bool:
+        """The terminal is this process's to draw on: its foreground process group is ours
+        (in the background a write would stop the suite with SIGTTOU, or land in the middle of
+        what the foreground job draws)."""
+        try:
+            return os.tcgetpgrp(self.fd) == os.getpgrp()
+        except OSError:  # not our controlling terminal: no way to know who draws on it
+            return False
+
     def _text(self, now: float) -> str:
         seconds = f" {now - self.started:.0f} s"
-        room = self.reporter._tw.fullwidth - self.reporter._tw.width_of_current_line - 1
+        # (from pytest's column, at most width - 1: the last column is where a terminal wraps)
+        room = self._width() - self.reporter._tw.width_of_current_line - 1
         if room < _MIN_ROOM:
             return ""
         name = f"  {self.test}" if self.test else ""
@@ -74,6 +96,8 @@ class Heartbeat:
             with self.lock:
                 now = time.monotonic()
                 if self.quiet_since is None or now - self.quiet_since < _QUIET_S:
+                    continue
+                if not self._foreground():
                     continue
                 text = self._text(now)
                 if not text or text == self.shown:
@@ -121,6 +145,13 @@ class Heartbeat:
         self.hold()
 
     @pytest.hookimpl(tryfirst=True)
+    def pytest_enter_pdb(self) -> None:
+        self.hold()  # (the debugger's prompt is on the line: nothing drawn over it)
+
+    def pytest_leave_pdb(self) -> None:
+        self.resume()
+
+    @pytest.hookimpl(tryfirst=True)
     def pytest_keyboard_interrupt(self) -> None:
         self.hold()
         self.test = None
@@ -156,9 +187,17 @@ class _After:
         self.beat.resume()
 
 
+def _stands_aside(config: pytest.Config) -> bool:
+    """Runs where the heartbeat must draw nothing at all (see the module's docstring)."""
+    return bool(os.environ.get("CI")
+                or config.getini("log_cli") or config.getoption("log_cli_level", None)
+                or getattr(config.option, "numprocesses", None)
+                or hasattr(config, "workerinput"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is None or config.getoption("capture") != "fd":
+    if reporter is None or config.getoption("capture") != "fd" or _stands_aside(config):
         return
     fd = reporter._tw._file.fileno() if hasattr(reporter._tw._file, "fileno") else -1
     if fd < 0 or not os.isatty(fd) or os.environ.get("TERM") == "dumb":

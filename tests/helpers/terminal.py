@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import re
 import select
 import signal
+import struct
 import subprocess
+import termios
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,13 +46,29 @@ class Drawn:
         return [text for _, text in self.events]
 
 
+def _child_setup() -> None:
+    """In the child, after its setsid: the pseudo-terminal becomes its controlling terminal
+    (a shell's foreground job: os.tcgetpgrp on it is the child's group), Ctrl-C as usual."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 def run_on_terminal(argv: list[str], env: dict[str, str], cwd: Path,
-                    timeout: float = 300.0) -> Drawn:
+                    timeout: float = 300.0, columns: int = 160,
+                    columns_env: bool = True) -> Drawn:
+    """`argv` on a fresh pseudo-terminal `columns` wide (its size as a terminal emulator sets
+    it). `columns_env`: COLUMNS says the width too (as most shells export it); False: COLUMNS
+    is unset, so the terminal's own size is all a program can go by."""
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    full_env = {k: v for k, v in env.items() if k != "COLUMNS"}
+    full_env["TERM"] = "xterm"
+    if columns_env:
+        full_env["COLUMNS"] = str(columns)
     start = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=cwd, env={**env, "TERM": "xterm", "COLUMNS": "160"},
+    proc = subprocess.Popen(argv, cwd=cwd, env=full_env,
                             stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=_child_setup)
     os.close(slave)
     events: list[tuple[float, str]] = []
     raw = bytearray()
@@ -82,19 +101,27 @@ def run_on_terminal(argv: list[str], env: dict[str, str], cwd: Path,
 _CONTROL = re.compile(r"\x1b\[([0-9;]*)([A-Za-z])|\x1b\][^\x07]*\x07|\x1b[78]|[\r\n\b]")
 
 
-def screen(raw: bytes) -> list[str]:
+def screen(raw: bytes, width: int | None = None) -> list[str]:
     """The lines left on screen once `raw` is drawn: enough of a terminal for what pytest and
     iree-stress draw (carriage return, backspace, erase to the end of the line, cursor back,
-    colours and OSC sequences ignored; no wrapping)."""
+    colours and OSC sequences ignored). `width`: a terminal that wide, which wraps as xterm
+    does (a character written past the last column goes to the next line, and cursor-left
+    never goes back up); None: no wrapping."""
     lines, row, col = [""], 0, 0
     text = raw.decode(errors="replace")
     pos = 0
     for m in [*_CONTROL.finditer(text), None]:
         chunk = text[pos:m.start() if m else len(text)]
-        if chunk:
+        while chunk:
+            if width is not None and col >= width:  # (xterm's pending wrap, taken)
+                row, col = row + 1, 0
+                if row == len(lines):
+                    lines.append("")
+            part = chunk if width is None else chunk[:width - col]
             line = lines[row].ljust(col)
-            lines[row] = line[:col] + chunk + line[col + len(chunk):]
-            col += len(chunk)
+            lines[row] = line[:col] + part + line[col + len(part):]
+            col += len(part)
+            chunk = chunk[len(part):]
         if m is None:
             break
         pos = m.end()
@@ -110,5 +137,5 @@ def screen(raw: bytes) -> list[str]:
         elif m.group(2) == "K":
             lines[row] = lines[row][:col]
         elif m.group(2) == "D":
-            col = max(0, col - int(m.group(1) or 1))
+            col = max(0, min(col, width - 1 if width else col) - int(m.group(1) or 1))
     return [line.rstrip() for line in lines]

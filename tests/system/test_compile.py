@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -49,11 +50,14 @@ def test_a_program_that_does_not_compile_is_one_line_naming_the_users_file_and_l
     env = {"IREE_STRESS_CACHE": str(tmp_path / "cache")}
     args = ["compile", "--target", "cpu", "--mlir", "bad.mlir", "--programs", "unary.abs.f32.*"]
     said = ("iree-stress: error: 1 program(s) failed to compile for cpu:generic: user.bad: "
-            "bad.mlir:2:23: error: use of undeclared SSA value name")
+            "bad.mlir:2:23: error: use of undeclared SSA value name (`iree-stress compile "
+            "--verbose --target cpu:generic --programs 'unary.abs.f32.*' --mlir bad.mlir` "
+            "shows each in full)")
     quiet = run_cli(*args, "-q", env=env, cwd=tmp_path)
     assert (quiet.rc, quiet.stdout, quiet.stderr.splitlines()) == (2, "", [said]), quiet
     shown = run_cli(*args, env=env, cwd=tmp_path)  # (its progress lines, then the error)
     assert shown.rc == 2 and shown.stderr.splitlines()[-1] == said, shown.stderr
+    assert counts(shown.stdout)[2] == 1, shown.stdout  # the summary, the failure counted
     assert "argv" not in shown.stderr and str(tmp_path / "cache") not in shown.stderr
     verbose = run_cli(*args, "--verbose", env=env, cwd=tmp_path)
     assert verbose.rc == 2 and verbose.stderr.splitlines()[-1] == said
@@ -92,3 +96,29 @@ def test_compile_errors_are_one_line_and_exit_2() -> None:
         assert res.rc == 2 and message in res.stderr and "Traceback" not in res.stderr
     listing = run_cli("programs", "--kind", "nosuchkind")
     assert listing.rc == 2 and "no program matches" in listing.stderr
+
+
+def test_compile_export_with_a_failure_exports_what_compiled_and_still_exits_2_naming_each(
+        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+    """Compile here, soak elsewhere (docs/soak.md): `compile --export DIR` with a broken user
+    file among the programs exported nothing after 678ab95; what compiled goes to DIR as
+    before, the summary counts the failures, and the one-line error names every program that
+    failed and the command that shows each (exit 2)."""
+    bad = ("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+           "  return %nope : tensor<4xf32>\n}\n")
+    (tmp_path / "bad.mlir").write_text(bad)
+    (tmp_path / "worse.mlir").write_text(bad)
+    res = run_cli("compile", "-t", "cpu", "--programs", "unary.abs.f32.*", "--mlir", "bad.mlir",
+                  "--mlir", "worse.mlir", "--export", "out", cwd=tmp_path)
+    assert res.rc == 2, res.stderr
+    good = sorted(n for n in cpu_artifacts if n.startswith("unary.abs.f32."))
+    assert good and counts(res.stdout) == (0, len(good), 2), res.stdout
+    manifest = json.loads((tmp_path / "out" / "artifacts.json").read_text())
+    assert sorted(manifest["programs"]) == good
+    assert all((tmp_path / "out" / e["file"]).is_file() for e in manifest["programs"].values())
+    line = res.stderr.splitlines()[-1]
+    assert line.startswith("iree-stress: error: 2 program(s) failed to compile for cpu:generic: "
+                           "user.bad: bad.mlir:2:10: error: "), line
+    assert "; and 1 more: user.worse (`iree-stress compile --verbose --target cpu:generic " \
+           "--programs 'unary.abs.f32.*' --mlir bad.mlir --mlir worse.mlir` shows each in " \
+           "full)" in line, line

@@ -176,7 +176,7 @@ def test_a_plain_failing_test_is_failed_keyed_by_its_test_id_not_a_crash(
 
 
 def test_a_test_binary_crashing_under_ctest_in_its_build_folder_is_found_by_its_core(
-        tmp_path: Path, compilerlike: Path) -> None:
+        tmp_path: Path, compilerlike: Path, usual_umask: None) -> None:
     ctest = shutil.which("ctest")
     if ctest is None:
         pytest.skip("no ctest")

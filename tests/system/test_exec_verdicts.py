@@ -69,7 +69,7 @@ def test_compare_of_a_command_that_cannot_start_is_inconclusive_not_a_stack_resu
     assert res.rc == 3, res.stdout + res.stderr[-3000:]
     head, _, answer = res.stdout.partition("\n\n")
     assert answer.startswith("VERDICT  inconclusive"), res.stdout
-    assert head.startswith("iree-stress: ") and "runtime (A calm): not reported" in head
+    assert head.startswith("iree-stress: ") and "\nnot run: A calm, B crashy\n" in head
     assert "cannot start: the command" in res.stdout and "no-such-test" in res.stdout
 
 

@@ -103,7 +103,8 @@ def test_a_native_crash_in_teardown_keeps_its_replay_and_repro_counts_each_fault
 
 
 def test_every_file_of_a_recorded_native_run_with_a_crash_is_readable_by_the_group(
-        tmp_path: Path, cpu_artifacts: dict[str, Path], fault_lib: Path) -> None:
+        tmp_path: Path, cpu_artifacts: dict[str, Path], fault_lib: Path,
+        usual_umask: None) -> None:
     """issue 28 item 8: iree-run-module writes its HAL replays 0640 (others could not read
     them: a shared results folder, a CI artifact upload); the run keeps them as readable as
     the rest of its files."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from stress import housekeeping as hk
 from stress.runtimes import spec
 from stress.store.db import RunStore
 from tests.conftest import REPO, run_cli
@@ -99,7 +100,7 @@ def test_resume_continues_the_plan_as_a_new_run_beside_the_old_one(
 
 
 def test_a_finished_run_leaves_no_side_files_and_every_file_is_readable_by_the_group(
-        tmp_path: Path, cpu_artifacts: dict[str, Path]) -> None:
+        tmp_path: Path, cpu_artifacts: dict[str, Path], usual_umask: None) -> None:
     """issue 28 item 8: summary.json and evidence were 0600. The whole folder of a run with a
     crash (its evidence, cores' folders, the reports written into it, a repro's reruns under
     the failure folder) is read by other users and CI artifact uploads."""
@@ -236,3 +237,38 @@ def test_clean_cache_skips_a_stack_a_running_compare_uses_and_says_so_in_one_lin
         user.wait(timeout=60)
     res = run_cli(*clean)  # no longer in use: it goes
     assert f"removed stack {venv}" in res.stdout and not venv.exists(), res.stdout
+
+
+ASKS_CLEAN = """import os
+import sys
+from pathlib import Path
+from stress import housekeeping as hk
+name = os.environ["STACK_NAME"]  # (the stack's env says which stack this trial runs under)
+venv = next(p for p in Path(sys.argv[1]).glob(f"{name}-*") if p.is_dir())
+with open(sys.argv[2], "a") as f:
+    f.write(f"{name}:{hk.stack_in_use(venv)}\\n")
+"""
+
+
+def test_a_compare_holds_its_stacks_lock_while_a_trial_runs(tmp_path: Path) -> None:
+    """What `clean --cache` relies on: each trial's command asks, as clean would, whether
+    the stack it runs under is in use; it must be (the stack's lease is held over its
+    trials), and free once the compare has ended."""
+    cache, f = tmp_path / "cache", tmp_path / "stacks.toml"
+    f.write_text('[stacks.held]\nrequirements = ["iree-base-runtime==3.12.0"]\n'
+                 'env = { STACK_NAME = "held" }\n'
+                 '[stacks.other]\nrequirements = ["iree-base-runtime==3.11.0"]\n'
+                 'env = { STACK_NAME = "other" }\n')
+    venvs = [cache / "stacks" / f"{name}-{stack.key()}" for name, stack in spec.load(f).items()]
+    for venv in venvs:  # built by an earlier compare
+        (venv / "bin").mkdir(parents=True)
+        (venv / ".built.json").write_text('{"stack": "x", "freeze": []}')
+    answers = tmp_path / "answers.txt"
+    res = run_cli("compare", "held", "other", "--stacks", str(f), "--engine", "exec",
+                  "-n", "1", "--trials", "2", "--cache-dir", str(cache), "--results",
+                  str(tmp_path / "cmp"), "--", sys.executable, "-c", ASKS_CLEAN,
+                  str(cache / "stacks"), str(answers), timeout=300, cwd=tmp_path)
+    said = answers.read_text().split() if answers.exists() else []
+    assert sorted(set(said)) == ["held:True", "other:True"], (said, res.stdout,
+                                                                res.stderr[-3000:])
+    assert not any(hk.stack_in_use(v) for v in venvs)

@@ -243,3 +243,27 @@ def test_each_signature_is_compared_by_the_trials_it_occurred_in() -> None:
     assert (second["id"], second["a_trials"], second["b_trials"]) == ("S1", 6, 6)
     assert second["p_b_more"] > 0.5
     assert "signatures by trials" in render(r)
+
+
+def test_a_stack_compiler_that_fails_is_one_line_naming_the_stack_file_and_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 28 review: compare's own compile (a stack that pins a compiler) still said the
+    failure in describe()'s lines, its argv through the cache's copy of the file."""
+    import dataclasses
+
+    from stress.programs import compiler
+
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+                   "  return %nope : tensor<4xf32>\n}\n")
+    trials, _ = soak_trials(tmp_path, summary_of("3.12.0", ""), monkeypatch)
+    trials.base = dataclasses.replace(trials.base, program_files=[str(bad)])
+    iree_compile = compiler.find_compiler()
+    trials.built["b"].compiler = iree_compile  # (as a stack that pins one: its own binary)
+    said = trials.run("b", 0, 1).harness  # (what compare shows of a stack that cannot start)
+    assert "\n" not in said and "argv" not in said and "/src/" not in said, said
+    assert said.startswith(f"cannot start: stack b: 1 program(s) failed to compile for "
+                           f"cpu:generic: user.bad: {bad}:2:10: error: "), said
+    assert said.endswith(f"(`iree-stress compile --verbose --target cpu:generic --mlir {bad}` "
+                         f"with {iree_compile} in place of the tool's iree-compile shows each "
+                         f"in full)"), said

@@ -87,12 +87,46 @@ def test_a_compare_header_says_each_stacks_runtime_and_what_they_share_once() ->
     h = header.of_arms([("A old", [older, older]), ("B new", [CUDA]), ("C none", [])],
                        "iree-stress compare old new --stacks s.toml", "5 (pair i: 5 + i)")
     keys = [k for k, _ in h]
-    assert keys[:4] == ["iree-stress", "runtime (A old)", "runtime (B new)", "runtime (C none)"]
+    assert keys[:3] == ["iree-stress", "runtime (A old)", "runtime (B new)"]
     assert dict(h)["runtime (A old)"].startswith("3.12.0 from /site/iree/runtime")
-    assert dict(h)["runtime (C none)"] == "not reported (no trial of it ran)"
     assert dict(h)["target"] == "cuda:sm_90"  # the same for both: one line
-    assert h[-2:] == [("seed", "5 (pair i: 5 + i)"),
+    assert h[-3:] == [("not run", "C none"), ("seed", "5 (pair i: 5 + i)"),
                       ("rerun", "iree-stress compare old new --stacks s.toml")]
+
+
+def test_a_bisect_header_labels_what_only_some_stacks_reported_and_lists_the_untried_once(
+        ) -> None:
+    """issue 28 review: a bisect whose first stacks never ran showed the shared runtime of
+    the others unlabelled (as if every stack had it), a `not reported` line per untried
+    stack, and only the facts of the first arm that ran (a driver library reported by a
+    later arm alone was left out)."""
+    bare = {k: v for k, v in CUDA.items() if k != "loaded_gpu_libraries"}
+    h = header.of_arms([("one", []), ("two", []), ("three", [bare]), ("four", [CUDA])],
+                       "iree-stress bisect one four --stacks s.toml", "7")
+    said = dict(h)
+    runtime = said["runtime (three, four)"]
+    assert runtime.startswith("3.13.0rc20261016 (IREE 89ece87b8985)"), h
+    assert "runtime" not in said and not any(v.startswith("not reported") for v in said.values())
+    assert said["not run"] == "one, two" and [k for k, _ in h].count("not run") == 1
+    assert said["driver (four)"] == "cuda, library /usr/local/nvidia/lib64/libcuda.so.580.159.04"
+    assert said["driver (three)"] == "cuda, library none loaded (built into the runtime)"
+    assert said["target"] == "cuda:sm_90" and said["host"] == "vm, Linux-6.18, Xeon, 16 cores"
+
+
+def test_a_fact_only_later_stacks_report_is_in_the_compare_header(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """of_arms took its lines from the first arm's facts only: a fact its runs did not report
+    (a row that rows() gives only when a run has it) was missing for every arm."""
+    real = header.rows
+
+    def rows(manifests: Any, commands: Any = ()) -> list[tuple[str, str]]:
+        extra = [("gpu clocks", str(m["clocks"])) for m in manifests[:1] if "clocks" in m]
+        return [*real(manifests, commands), *extra]
+
+    monkeypatch.setattr(header, "rows", rows)
+    h = dict(header.of_arms([("A", [CUDA]), ("B", [{**CUDA, "clocks": "1980 MHz"}]),
+                             ("C", [{**CUDA, "clocks": "1980 MHz"}])], "", "7"))
+    assert h["gpu clocks (B, C)"] == "1980 MHz", h
 
 
 def test_a_gate_runs_recorded_command_is_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:

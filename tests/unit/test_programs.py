@@ -144,3 +144,28 @@ def test_fusilli_torch_program_has_an_in_place_output_argument() -> None:
 def test_missing_user_program_file_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="program file not found"):
         userprog.load("/nonexistent/x.mlir")
+
+
+def test_a_failed_compile_names_every_failed_program_on_one_line_with_the_command_to_see_each(
+        ) -> None:
+    """issue 28 review: the line named the first failure only and hinted at a bare
+    `iree-stress compile --verbose`, which compiles the whole corpus for cpu, not the failure."""
+    from stress.programs.cache import CompileReport, rerun_hint
+    from stress.programs.compiler import CompileError
+
+    def failed(name: str) -> CompileError:
+        return CompileError(name, ["iree-compile", "x.mlir"], 1, "",
+                            f"{name}.mlir:1:1: error: nope\n  caret\n")
+
+    hint = rerun_hint("cuda:sm_90", ["binary.*"], ["my dir/a.mlir"])
+    assert hint == ("`iree-stress compile --verbose --target cuda:sm_90 --programs 'binary.*' "
+                    "--mlir 'my dir/a.mlir'` shows each in full")
+    line = CompileReport(errors=[failed("user.a"), failed("user.b"), failed("user.c")]
+                         ).failure_line("cuda:sm_90", hint)
+    assert line == ("3 program(s) failed to compile for cuda:sm_90: user.a: user.a.mlir:1:1: "
+                    f"error: nope; and 2 more: user.b, user.c ({hint})")
+    many = CompileReport(errors=[failed(f"corpus.program.{i:03d}") for i in range(60)])
+    line = many.failure_line("cpu:generic", hint)
+    assert "\n" not in line and len(line) < 500, line
+    assert "; and 59 more: corpus.program.001, corpus.program.002, " in line
+    assert line.endswith(f" not named) ({hint})"), line

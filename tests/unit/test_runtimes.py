@@ -126,8 +126,10 @@ def test_a_built_stack_is_held_until_released_and_clean_may_then_remove_it(
     (venv / ".built.json").write_text('{"stack": "a", "freeze": []}')
     built = provision.build(stack, tmp_path / "cache")
     assert housekeeping.stack_in_use(venv)  # (another open file: flock sees it as another user)
-    built.release()
+    leases = list(built.leases)  # (still referenced: only release() itself can free the lock,
+    built.release()              #   not the garbage collector closing a dropped file)
     assert not housekeeping.stack_in_use(venv)
+    assert leases and all(lease.closed for lease in leases)
 
 
 def built_for(venv: str = "/c/stacks/a", hip: str = "") -> Built:
