@@ -18,15 +18,18 @@ output whether it was shared.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import pty
 import re
 import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from pathlib import Path
 
@@ -37,10 +40,14 @@ _CUT_GRACE_S: float = 30.0  # a command cut by SIGINT may print its report this 
 _KEEP_EVERY_S: float = 3.0  # output events listed at most this often (after the first 5 s)
 
 
-def _default_sigint() -> None:
-    """Ctrl-C as on a terminal: a shell starts background jobs (this script under `&`) with
-    SIGINT ignored, and an interpreter that starts so never raises KeyboardInterrupt."""
+def _as_foreground_job() -> None:
+    """In the child, after its setsid: as a shell's foreground job on a terminal. Ctrl-C as on
+    a terminal (a shell starts background jobs, this script under `&`, with SIGINT ignored, and
+    an interpreter that starts so never raises KeyboardInterrupt), and the pseudo-terminal its
+    controlling terminal (os.tcgetpgrp on it is the child's group: the test suite's heartbeat
+    draws only for the foreground job, and drew nothing here before this)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def run_on_terminal(argv: list[str], cwd: Path, env: dict[str, str],
@@ -48,9 +55,11 @@ def run_on_terminal(argv: list[str], cwd: Path, env: dict[str, str],
     """(output events: (seconds since start, the text drawn), exit code or None when cut at
     limit_s, total seconds). An event is one read from the terminal: a redraw or new lines."""
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))  # as a
+    #   terminal emulator sizes its terminal (COLUMNS says 160 too)
     start = time.monotonic()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave,
-                            start_new_session=True, preexec_fn=_default_sigint)
+                            start_new_session=True, preexec_fn=_as_foreground_job)
     os.close(slave)
     events: list[tuple[float, str]] = []
     raw = bytearray()  # everything drawn (RAW_DIR: to read a failure afterwards)
