@@ -12,6 +12,9 @@
  *   IREE_FAULT_EXIT_PROB=P            probability per process exit (default 1)
  *   IREE_FAULT_COUNT_FILE=PATH        one line appended per fired fault ("join segv PID"),
  *                                     so tests count ground truth independently of the tool
+ *   IREE_FAULT_LIMIT=N                at most N faults fire over all processes sharing the
+ *                                     count file (counted under its lock; needs the file): a
+ *                                     test gets a known number of faults, not a chance of none
  *
  * spin burns a core forever (busy); block sleeps forever in a futex wait (blocked); segv writes
  * to page zero. Each has its own non-inlined function so stacks name the mode.
@@ -19,6 +22,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -33,6 +37,7 @@ enum mode { NONE, SEGV, SPIN, BLOCK };
 
 static enum mode join_mode, exit_mode;
 static double join_prob = 1.0, exit_prob = 1.0;
+static long fault_limit = -1;  /* < 0: no limit */
 static const char *join_caller = "_runtime";
 static uint64_t rng_state;
 static pid_t rng_pid;  /* the process that seeded: a forked child reseeds (else every child of a
@@ -67,15 +72,33 @@ static double uniform(void) {
   return (double)((x * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0;
 }
 
-static void note(const char *where, const char *what) {
+/* Appends "WHERE WHAT PID" to the count file; returns 0 when the limit is reached (nothing
+ * appended: the fault must not fire). Count and append happen under one lock, so processes
+ * racing for the last fault cannot both fire. */
+static int note(const char *where, const char *what) {
   const char *path = getenv("IREE_FAULT_COUNT_FILE");
-  if (!path) return;
-  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
-  if (fd < 0) return;
-  char line[96];
-  int n = snprintf(line, sizeof line, "%s %s %d\n", where, what, (int)getpid());
-  if (n > 0) (void)!write(fd, line, (size_t)n);
+  if (!path) return 1;
+  int fd = open(path, O_RDWR | O_APPEND | O_CREAT, 0644);
+  if (fd < 0) return fault_limit < 0;
+  int go = 1;
+  flock(fd, LOCK_EX);
+  if (fault_limit >= 0) {
+    long lines = 0;
+    char buf[4096];
+    ssize_t got;
+    lseek(fd, 0, SEEK_SET);
+    while ((got = read(fd, buf, sizeof buf)) > 0)
+      for (ssize_t i = 0; i < got; i++) lines += buf[i] == '\n';
+    go = lines < fault_limit;
+  }
+  if (go) {
+    char line[96];
+    int n = snprintf(line, sizeof line, "%s %s %d\n", where, what, (int)getpid());
+    if (n > 0) (void)!write(fd, line, (size_t)n);
+  }
+  flock(fd, LOCK_UN);
   close(fd);
+  return go;
 }
 
 __attribute__((noinline)) void iree_fault_segv(void) {
@@ -93,7 +116,7 @@ __attribute__((noinline)) void iree_fault_block(void) {
 
 static void fire(enum mode m, const char *where) {
   static const char *names[] = {"none", "segv", "spin", "block"};
-  note(where, names[m]);
+  if (!note(where, names[m])) return;
   if (m == SEGV) iree_fault_segv();
   if (m == SPIN) iree_fault_spin();
   if (m == BLOCK) iree_fault_block();
@@ -106,6 +129,8 @@ __attribute__((constructor)) static void fault_init(void) {
   exit_prob = parse_prob(getenv("IREE_FAULT_EXIT_PROB"));
   const char *c = getenv("IREE_FAULT_JOIN_CALLER");
   if (c) join_caller = c;
+  const char *lim = getenv("IREE_FAULT_LIMIT");
+  if (lim) fault_limit = atol(lim);
   seed();
   real_join = (int (*)(pthread_t, void **))dlsym(RTLD_NEXT, "pthread_join");
 }
