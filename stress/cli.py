@@ -15,6 +15,7 @@ from stress.options import (
     RENAMED,
     Duration,
     apply_engine,
+    bisect_options,
     cache_option,
     compilers_option,
     engine_options,
@@ -346,16 +347,7 @@ def compare(**kw: Any) -> None:
 @run_options
 @click.option("--duration", "-d", type=Duration(), help="Length of each trial's soak  "
                                                        "[default: 20s, or --invocations]")
-@click.option("--confidence", type=click.FloatRange(0.5, 1.0, min_open=True, max_open=True),
-              default=0.95, show_default=True,
-              help="Stop when the top stack's posterior of being the first bad one reaches it.")
-@click.option("--max-trials", type=click.IntRange(1), default=300, show_default=True,  # MAX_TRIALS
-              help="Trials in all (those on disk included); then inconclusive, with the "
-                   "posterior's top stacks.")
-@click.option("--p-good", type=float, hidden=True,  # the SPRT's hypotheses before issue 27
-              help="Ignored (said so): bisect learns the good side's failure rate.")
-@click.option("--p-bad", type=float, hidden=True,
-              help="Ignored (said so): bisect learns the bad side's failure rate.")
+@bisect_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No live state.")
 def bisect(**kw: Any) -> None:
@@ -373,7 +365,8 @@ def bisect(**kw: Any) -> None:
         click.echo("note: --p-good/--p-bad are ignored: bisect learns both sides' rates from "
                    "the trials (docs/stacks.md)", err=True)
     result = bisect_mod.run_bisect(opts, kw["stacks_file"], kw["good"], kw["bad"],
-                                   kw["results"], log, kw["confidence"], kw["max_trials"])
+                                   kw["results"], log, kw["confidence"], kw["max_trials"],
+                                   kw["least_rise"])
     click.echo(json.dumps(result.as_dict()) if kw["as_json"] else bisect_mod.render(result))
     sys.exit(result.outcome.exit_code)
 

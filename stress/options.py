@@ -329,3 +329,30 @@ def gpu_devices(spec: str, target: str | None) -> str:
                 raise UsageError(str(exc)) from None
     raise UsageError(f"--gpus {spec}: no GPU found by the telemetry tools "
                      f"({', '.join(backends)})")
+
+
+def bisect_options(f: F) -> F:
+    """When bisect stops and what it looks for (the defaults are analysis.changepoint's and
+    verdicts.bisect's: a test holds them equal)."""
+    decorators = [
+        click.option("--confidence", type=click.FloatRange(0.5, 1.0, min_open=True,
+                                                           max_open=True),
+                     default=0.95, show_default=True,
+                     help="Stop when the top stack's posterior of being the first bad one "
+                          "reaches it."),
+        click.option("--max-trials", type=click.IntRange(1), default=300, show_default=True,
+                     help="Trials in all (those on disk included); then inconclusive, with "
+                          "the posterior's top stacks."),
+        click.option("--least-rise", type=click.FloatRange(0.01, 0.9), default=0.1,
+                     show_default=True, metavar="RATE",
+                     help="The smallest rise in a trial's chance to fail that makes a stack "
+                          "bad (0.1: 10 points). Larger: fewer trials, but a fault that "
+                          "fails fewer soaks than that is not looked for (docs/stacks.md)."),
+        click.option("--p-good", type=float, hidden=True,  # the SPRT's, before issue 27
+                     help="Ignored (said so): bisect learns the good side's failure rate."),
+        click.option("--p-bad", type=float, hidden=True,
+                     help="Ignored (said so): bisect learns the bad side's failure rate."),
+    ]
+    for d in reversed(decorators):
+        f = d(f)
+    return f

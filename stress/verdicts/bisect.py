@@ -23,6 +23,7 @@ one seen in two folders counts once, and no new trial repeats a seed already see
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -305,10 +306,11 @@ def related_caches(out: Path, family: str, plan: str,
 
 def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path | None,
                log: Callable[[str], None], confidence: float = CONFIDENCE,
-               max_trials: int = MAX_TRIALS) -> BisectResult:
+               max_trials: int = MAX_TRIALS, least_rise: float | None = None) -> BisectResult:
     """The stacks from `good` to `bad` in file order. Trials are cached in the output folder
     (default: results/bisect-PLAN, the same for the same command): rerunning the command
-    after an interruption resumes."""
+    after an interruption resumes; the trials do not depend on `least_rise` (the prior's
+    least rise, the model's RISE by default), so a rerun with another one reuses them."""
     from stress.errors import UsageError
     from stress.fs import atomic_write
     from stress.runtimes import spec
@@ -324,6 +326,9 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
 
     if not 0.0 < confidence < 1.0:
         raise UsageError(f"need 0 < --confidence < 1, got {confidence}")
+    if least_rise is not None and not 0.0 < least_rise < 1.0:
+        raise UsageError(f"need 0 < --least-rise < 1, got {least_rise}")
+    prior = PRIOR if least_rise is None else dataclasses.replace(PRIOR, rise=least_rise)
     order = list(spec.load(stacks_file))
     for name in (good, bad):
         if name not in order:
@@ -341,8 +346,9 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
         cached = Cached(SoakTrials(base, built, out, log), own)
         known = stored_trials([own], names)
         log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, stop at {confidence:.0%}, "
-            f"at most {max_trials} trials; trials in {out} (rerun the same command to resume); "
-            f"{len(known)} trial(s) of this bisection already on disk")
+            f"at most {max_trials} trials, a stack bad from a rise of {prior.rise:.0%} on; "
+            f"trials in {out} (rerun the same command to resume); {len(known)} trial(s) of "
+            f"this bisection already on disk")
         seen = {(t.stack, t.seed) for t in known}
         for cache in related_caches(out, family, plan, keys):
             more = [t for t in stored_trials([cache], names) if (t.stack, t.seed) not in seen]
@@ -351,7 +357,7 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
                     f"{min(t.seed for t in more)}..{max(t.seed for t in more)})")
                 known += more
                 seen |= {(t.stack, t.seed) for t in more}
-        result = bisect(cached, names, seed, confidence, max_trials, log, known)
+        result = bisect(cached, names, seed, confidence, max_trials, log, known, prior)
         trials = stored_trials([own], names) + known
         result.header = verdict_header(
             [(n, [t for t in trials if t.stack == n]) for n in names], base, seed,

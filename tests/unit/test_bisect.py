@@ -292,3 +292,45 @@ def test_bisect_is_right_as_often_as_it_says_when_the_truth_is_drawn_from_its_pr
     assert len(printed) > 130
     share, mean = sum(right) / len(right), sum(printed) / len(printed)
     assert abs(share - mean) < 0.07, (share, mean)  # 2.3 standard errors at 80%
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_least_rise_chooses_which_rise_the_bisect_looks_for(seed: int) -> None:
+    """fishtest's bounds, for a bisect: a faint rise (0% -> 15% at n03) before a big one (70%
+    at n06). By default (10 points) the faint one is the first bad stack; asked for rises of
+    40 points or more, the big one is."""
+    import dataclasses
+
+    from stress.analysis.changepoint import PRIOR
+
+    rates = {f"n{i:02d}": 0.0 if i < 3 else 0.15 if i < 6 else 0.7 for i in range(10)}
+    faint = bisect(Stacks(rates, seed=seed), list(rates), seed=0)
+    big = bisect(Stacks(rates, seed=seed), list(rates), seed=0,
+                 prior=dataclasses.replace(PRIOR, rise=0.4))
+    assert (faint.first_bad, big.first_bad) == ("n03", "n06")
+    assert "each rise >= 40%" in render(big) and "each rise >= 10%" in render(faint)
+
+
+def test_the_cli_bisect_takes_a_least_rise_and_its_defaults_are_the_models(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stress.verdicts.compare as compare_mod
+    from stress.analysis.changepoint import RISE
+    from stress.verdicts.bisect import CONFIDENCE
+
+    params = {p.name: p.default for p in cli.commands["bisect"].params}  # type: ignore[attr-defined]
+    assert (params["least_rise"], params["confidence"], params["max_trials"]) == (
+        RISE, CONFIDENCE, MAX_TRIALS)
+    monkeypatch.setattr(compare_mod, "SoakTrials", FakeSoakTrials)
+    f = tmp_path / "stacks.toml"
+    f.write_text("".join(f"[stacks.n{i:02d}]\n\n" for i in range(8)))
+    args = ["bisect", "--good", "n00", "--bad", "n07", "--stacks", str(f), "-n", "3", "-t",
+            "cpu", "--results", str(tmp_path / "bis"), "--least-rise", "0.3"]
+    res = CliRunner().invoke(cli, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["first_bad"] == "n05" and out["prior"]["least_rise"] == 0.3
+    again = CliRunner().invoke(cli, args)  # (text: the plan's line; resumed, nothing runs)
+    assert "a stack bad from a rise of 30% on" in again.output
+    assert "each rise >= 30%" in again.output
+    bad = CliRunner().invoke(cli, [*args[:-1], "1.5"])
+    assert bad.exit_code == 2 and "--least-rise" in bad.output
