@@ -343,11 +343,12 @@ def bisect_options(f: F) -> F:
         click.option("--max-trials", type=click.IntRange(1), default=300, show_default=True,
                      help="Trials in all (those on disk included); then inconclusive, with "
                           "the posterior's top stacks."),
-        click.option("--least-rise", type=click.FloatRange(0.01, 0.9), default=0.1,
-                     show_default=True, metavar="RATE",
-                     help="The smallest rise in a trial's chance to fail that makes a stack "
-                          "bad (0.1: 10 points). Larger: fewer trials, but a fault that "
-                          "fails fewer soaks than that is not looked for (docs/stacks.md)."),
+        click.option("--least-rise", type=click.FloatRange(0.05, 0.4), default=0.1,
+                     show_default=True, metavar="POINTS",
+                     help="The smallest rise of a trial's chance to fail, in points over the "
+                          "good stacks' (0.2: from 2% to 22%), that makes a stack bad. Larger "
+                          "takes fewer trials, but a smaller rise may then be answered wrong "
+                          "at full confidence (docs/stacks.md, 'What counts as a rise')."),
         click.option("--p-good", type=float, hidden=True,  # the SPRT's, before issue 27
                      help="Ignored (said so): bisect learns the good side's failure rate."),
         click.option("--p-bad", type=float, hidden=True,

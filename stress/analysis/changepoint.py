@@ -105,6 +105,12 @@ class Prior:
     second_rise: float = SECOND_RISE
     end_weight: float = END_WEIGHT
 
+    def __post_init__(self) -> None:
+        top = 0.45 if self.second_rise > 0 else 1.0  # two rises must fit under 1: past it the
+        #   second-rise hypotheses' ordering integral is empty (log 0)
+        if not 0.0 <= self.rise < top:
+            raise ValueError(f"the least rise must be in [0, {top:g}), got {self.rise}")
+
     def describe(self) -> str:
         return (f"good rate ~ Beta{self.good}, each bad rate ~ Beta{self.bad}, in order, each "
                 f"rise >= {self.rise:.0%}; P(a second rise) = {self.second_rise:.0%}; the "

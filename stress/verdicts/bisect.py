@@ -4,7 +4,8 @@ first bad one, when "bad" shows only as a higher failure rate?
 Bayesian noisy bisection (analysis.changepoint.first_rise): a posterior over "the rate first
 rises at stack k" for every stack of the list, with two more hypotheses: the good end is bad
 already, and no stack is bad (the bad end fails like the good one). The failure rates are
-unknown (Beta priors, in order: each rise adds at least 10 points) and integrated out, with
+unknown (Beta priors, in order: each rise adds at least the least rise, 10 points unless
+--least-rise says otherwise) and integrated out, with
 room for a second rise later (the first is the answer). Every trial on every stack counts,
 the ends too, as evidence, never as gates. The next trial goes to the stack where the expected
 drop of the posterior's entropy is largest (changepoint.expected_entropy); the bisection stops
@@ -38,6 +39,9 @@ from stress.analysis.changepoint import PRIOR, FirstRise, Prior, expected_entrop
 from stress.analysis.stats import fmt_rate
 from stress.verdicts.trials import Trial, TrialRunner
 
+LEAST_RISE: tuple[float, float] = (0.05, 0.4)  # --least-rise's range: a rise under 5 points is
+#   out of reach of a few hundred trials (changepoint.RISE); over ~0.45 two rises in a row no
+#   longer fit between the good rate and 1 (the second-rise hypotheses have no room)
 CONFIDENCE: float = 0.95  # stop when the top stack's posterior reaches it (--confidence)
 MAX_TRIALS: int = 300  # the whole bisection's trials, those on disk included: 300 one-minute
 #   soaks are a long night; at 5% vs 40% over 20 stacks 1 bisection in 20 needs more than 200
@@ -326,8 +330,9 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
 
     if not 0.0 < confidence < 1.0:
         raise UsageError(f"need 0 < --confidence < 1, got {confidence}")
-    if least_rise is not None and not 0.0 < least_rise < 1.0:
-        raise UsageError(f"need 0 < --least-rise < 1, got {least_rise}")
+    if least_rise is not None and not LEAST_RISE[0] <= least_rise <= LEAST_RISE[1]:
+        raise UsageError(f"need {LEAST_RISE[0]} <= --least-rise <= {LEAST_RISE[1]}, got "
+                         f"{least_rise}")
     prior = PRIOR if least_rise is None else dataclasses.replace(PRIOR, rise=least_rise)
     order = list(spec.load(stacks_file))
     for name in (good, bad):
@@ -346,7 +351,8 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
         cached = Cached(SoakTrials(base, built, out, log), own)
         known = stored_trials([own], names)
         log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, stop at {confidence:.0%}, "
-            f"at most {max_trials} trials, a stack bad from a rise of {prior.rise:.0%} on; "
+            f"at most {max_trials} trials, a stack bad from a rise of {100 * prior.rise:g} "
+            f"points on; "
             f"trials in {out} (rerun the same command to resume); {len(known)} trial(s) of "
             f"this bisection already on disk")
         seen = {(t.stack, t.seed) for t in known}

@@ -13,14 +13,18 @@
  *   IREE_FAULT_COUNT_FILE=PATH        one line appended per fired fault ("join segv PID"),
  *                                     so tests count ground truth independently of the tool
  *   IREE_FAULT_LIMIT=N                at most N faults fire over all processes sharing the
- *                                     count file (counted under its lock; needs the file): a
- *                                     test gets a known number of faults, not a chance of none
+ *                                     count file (counted under its lock; without the file
+ *                                     none fires): a test gets a known number of faults, not
+ *                                     a chance of none
+ *
+ * A process fires at most one fault (the first join or exit that draws one).
  *
  * spin burns a core forever (busy); block sleeps forever in a futex wait (blocked); segv writes
  * to page zero. Each has its own non-inlined function so stacks name the mode.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <linux/futex.h>
@@ -77,11 +81,16 @@ static double uniform(void) {
  * racing for the last fault cannot both fire. */
 static int note(const char *where, const char *what) {
   const char *path = getenv("IREE_FAULT_COUNT_FILE");
-  if (!path) return 1;
-  int fd = open(path, O_RDWR | O_APPEND | O_CREAT, 0644);
+  if (!path) return fault_limit < 0;  /* a limit without its file: nothing fires */
+  int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return fault_limit < 0;
   int go = 1;
-  flock(fd, LOCK_EX);
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {  /* unlocked, the count could overshoot: fire nothing */
+      close(fd);
+      return fault_limit < 0;
+    }
+  }
   if (fault_limit >= 0) {
     long lines = 0;
     char buf[4096];
@@ -116,6 +125,11 @@ __attribute__((noinline)) void iree_fault_block(void) {
 
 static void fire(enum mode m, const char *where) {
   static const char *names[] = {"none", "segv", "spin", "block"};
+  /* One fault per process (two threads joining at once must not write two lines for one
+   * crash); a forked child, another pid, gets its own. */
+  static pid_t fired_in;
+  pid_t me = getpid();
+  if (__atomic_exchange_n(&fired_in, me, __ATOMIC_SEQ_CST) == me) return;
   if (!note(where, names[m])) return;
   if (m == SEGV) iree_fault_segv();
   if (m == SPIN) iree_fault_spin();
@@ -130,7 +144,15 @@ __attribute__((constructor)) static void fault_init(void) {
   const char *c = getenv("IREE_FAULT_JOIN_CALLER");
   if (c) join_caller = c;
   const char *lim = getenv("IREE_FAULT_LIMIT");
-  if (lim) fault_limit = atol(lim);
+  if (lim) {
+    char *end;
+    errno = 0;
+    fault_limit = strtol(lim, &end, 10);
+    if (errno || end == lim || *end || fault_limit < 0) {
+      fprintf(stderr, "libfault: IREE_FAULT_LIMIT=%s is not a count\n", lim);
+      abort();
+    }
+  }
   seed();
   real_join = (int (*)(pthread_t, void **))dlsym(RTLD_NEXT, "pthread_join");
 }

@@ -313,13 +313,18 @@ def test_least_rise_chooses_which_rise_the_bisect_looks_for(seed: int) -> None:
 
 def test_the_cli_bisect_takes_a_least_rise_and_its_defaults_are_the_models(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import stress.verdicts.compare as compare_mod
-    from stress.analysis.changepoint import RISE
-    from stress.verdicts.bisect import CONFIDENCE
+    import dataclasses
 
-    params = {p.name: p.default for p in cli.commands["bisect"].params}  # type: ignore[attr-defined]
-    assert (params["least_rise"], params["confidence"], params["max_trials"]) == (
-        RISE, CONFIDENCE, MAX_TRIALS)
+    import stress.verdicts.compare as compare_mod
+    from stress.analysis.changepoint import PRIOR, RISE, first_rise
+    from stress.verdicts.bisect import CONFIDENCE, LEAST_RISE
+
+    params = {p.name: p for p in cli.commands["bisect"].params}  # type: ignore[attr-defined]
+    assert (params["least_rise"].default, params["confidence"].default,
+            params["max_trials"].default) == (RISE, CONFIDENCE, MAX_TRIALS)
+    rng = params["least_rise"].type
+    assert (rng.min, rng.max) == LEAST_RISE
+    first_rise([0, 1], [2, 2], dataclasses.replace(PRIOR, rise=LEAST_RISE[1]))  # no error
     monkeypatch.setattr(compare_mod, "SoakTrials", FakeSoakTrials)
     f = tmp_path / "stacks.toml"
     f.write_text("".join(f"[stacks.n{i:02d}]\n\n" for i in range(8)))
@@ -330,7 +335,8 @@ def test_the_cli_bisect_takes_a_least_rise_and_its_defaults_are_the_models(
     out = json.loads(res.stdout)
     assert out["first_bad"] == "n05" and out["prior"]["least_rise"] == 0.3
     again = CliRunner().invoke(cli, args)  # (text: the plan's line; resumed, nothing runs)
-    assert "a stack bad from a rise of 30% on" in again.output
+    assert "a stack bad from a rise of 30 points on" in again.output
     assert "each rise >= 30%" in again.output
-    bad = CliRunner().invoke(cli, [*args[:-1], "1.5"])
-    assert bad.exit_code == 2 and "--least-rise" in bad.output
+    for wrong in ("0.5", "0.01"):  # (0.5 crashed the posterior after the stacks were built)
+        bad = CliRunner().invoke(cli, [*args[:-1], wrong])
+        assert bad.exit_code == 2 and "--least-rise" in bad.output, bad.output
