@@ -1,0 +1,290 @@
+"""Can any stopping rule meet all of issue 27's bisect goals at once? The rules side by side.
+
+bench/bisect_simulation.py measures bisect's default rule (stop when the top stack's posterior
+reaches 95%, print that posterior). This script runs the same truths and the same trials
+(bisect_simulation's truth() and SimStacks, the same seeded generator per run) and asks, of
+the same sequence of trials, when each of several rules would have stopped, which stack it
+would have named and what it would have printed. The next trial does not depend on the
+stopping rule (it is the stack of largest expected entropy drop of the full posterior), so one
+sequence of trials per run serves every rule: a run goes on until the last rule has stopped
+(or the budget of 300 trials is spent).
+
+The rules (P: the model's posterior, analysis.changepoint.first_rise: rates unknown and
+integrated out, room for a second rise; top: its largest stack):
+- default: stop when P(top) >= 95%; print P(top). What bisect does.
+- later stop: the same at 97.5%.
+- plug-in printed: stop when P(top) and the plug-in posterior of top are both >= 95%; print
+  the plug-in one. The plug-in posterior: one rise, the good and bad rates fixed at P's
+  posterior means (FirstRise.rates), the ends weighted as the prior weighs them; a posterior
+  that no longer averages over the rates the trials still allow.
+- plug-in: stop when the plug-in posterior's top reaches 95%; name and print that.
+- one rise printed: stop as the default; print the posterior within the structure the
+  trials favour (one rise unless P(a second rise) >= 50%, then two).
+- one rise: stop when that favoured-structure posterior's top reaches 95%; name and print it.
+
+Goals (issue 27, as bisect_simulation counts them): answers right >= 95% in every setting
+(but the one from the prior), inconclusive <= 5% in the four original settings, every bin of
+printed confidence within 3 points of the share right, mean trials at 2% -> 50% <= 30 over 20
+stacks (45 over 64). The last line per rule counts the goals it misses.
+
+Check of the machinery: for the first CHECKED runs of each setting the default rule's trials,
+stop and answer are compared with bisect_simulation.one_run (the real bisect); the output
+says how many agree.
+
+    python bench/bisect_frontier.py [--runs 1000] [--candidates 20] [--seed 27] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+from _common import header  # noqa: E402
+from bisect_simulation import (  # noqa: E402
+    BINS,
+    FROM_PRIOR,
+    ORIGINAL,
+    SETTINGS,
+    TOLERANCE,
+    TRIAL_GOALS,
+    Setting,
+    SimStacks,
+    in_bin,
+    label,
+    one_run,
+    truth,
+)
+
+from stress.analysis.changepoint import PRIOR, FirstRise, Prior, first_rise  # noqa: E402
+from stress.analysis.stats import wilson  # noqa: E402
+from stress.verdicts.bisect import MAX_TRIALS, Evidence, next_stack  # noqa: E402
+
+CONFIDENCE = 0.95
+LATER = 0.975
+CHECKED = 20  # runs per setting checked against the real bisect
+ALL_BINS: tuple[tuple[float, float], ...] = ((0.0, 0.95), *BINS)  # some rules print below 95%
+
+
+@dataclass
+class View:
+    """What the rules read at one point of a run."""
+
+    post: Any  # the model's posterior, k = 0 .. n (n: no stack is bad)
+    plug: Any  # the plug-in posterior (rates at their posterior means, one rise)
+    fav: Any  # the posterior within the favoured structure (one rise or two)
+
+
+def plug_in(fr: FirstRise, failures: Any, trials: Any, prior: Prior) -> Any:
+    """P(first bad = k), k = 0 .. n, one rise, rates fixed at the posterior means."""
+    g, b = fr.rates()
+    g = min(max(g, 1e-6), 1 - 1e-6)
+    b = min(max(b, g), 1 - 1e-6)
+    f = np.asarray(failures, dtype=float)
+    p = np.asarray(trials, dtype=float) - f
+
+    def cum(r: float) -> Any:
+        return np.concatenate(([0.0], np.cumsum(f * math.log(r) + p * math.log1p(-r))))
+
+    cg, cb = cum(g), cum(b)
+    n = len(f)
+    k = np.arange(n + 1)
+    log = cg[k] + cb[n] - cb[k]
+    log[0] += math.log(prior.end_weight)
+    log[n] += math.log(prior.end_weight)
+    w = np.exp(log - log.max())
+    return w / w.sum()
+
+
+def favoured(fr: FirstRise) -> Any:
+    """P(first bad = k), k = 0 .. n, within the structure the posterior favours."""
+    if fr.second_rise() < 0.5:
+        v = np.append(fr.joint[:, -1], fr.none)
+    else:
+        v = np.append(fr.joint[:, :-1].sum(axis=1), 0.0)
+    return v / v.sum()
+
+
+Rule = Callable[[View], tuple[int, float] | None]  # (the stack named, printed) when it stops
+
+
+def at(p: Any, level: float) -> tuple[int, float] | None:
+    k = int(np.argmax(p))
+    return (k, float(p[k])) if p[k] >= level else None
+
+
+def both(v: View) -> tuple[int, float] | None:
+    k = int(np.argmax(v.post))
+    return (k, float(v.plug[k])) if v.post[k] >= CONFIDENCE and v.plug[k] >= CONFIDENCE else None
+
+
+def printed_fav(v: View) -> tuple[int, float] | None:
+    hit = at(v.post, CONFIDENCE)
+    return (hit[0], float(v.fav[hit[0]])) if hit else None
+
+
+RULES: dict[str, Rule] = {
+    "default": lambda v: at(v.post, CONFIDENCE),
+    "later stop (97.5%)": lambda v: at(v.post, LATER),
+    "plug-in printed": both,
+    "plug-in": lambda v: at(v.plug, CONFIDENCE),
+    "one rise printed": printed_fav,
+    "one rise": lambda v: at(v.fav, CONFIDENCE),
+}
+
+
+def trajectory(job: tuple[Setting, int, int, int, Prior]) -> dict[str, tuple[int, int, float]]:
+    """One run: per rule (trials at its stop, the stack named or -1, printed)."""
+    setting, n, seed, run, prior = job
+    rng = random.Random(f"{seed}/{n}/{setting}/{run}")  # bisect_simulation.one_run's
+    names = [f"s{i:03d}" for i in range(n)]
+    rates, _ = truth(setting, n, rng, prior)
+    runner = SimStacks(dict(zip(names, rates, strict=True)), rng)
+    ev = Evidence(names)
+    out: dict[str, tuple[int, int, float]] = {}
+    while True:
+        fr = first_rise(ev.failures, ev.trials, prior)
+        v = View(fr.posterior, plug_in(fr, ev.failures, ev.trials, prior), favoured(fr))
+        for name, rule in RULES.items():
+            if name not in out and (hit := rule(v)) is not None:
+                out[name] = (ev.total, hit[0], hit[1])
+        if len(out) == len(RULES) or ev.total >= MAX_TRIALS:
+            break
+        stack = names[next_stack(fr)]
+        index = ev.next_index(stack, 0)
+        ev.add(runner.run(stack, index, index))
+    for name in RULES:
+        out.setdefault(name, (ev.total, -1, -1.0))
+    return out
+
+
+def first_of(setting: Setting, n: int, seed: int, run: int, prior: Prior) -> int:
+    return truth(setting, n, random.Random(f"{seed}/{n}/{setting}/{run}"), prior)[1]
+
+
+@dataclass
+class Tally:
+    runs: int = 0
+    trials: list[int] = field(default_factory=list)
+    answers: list[tuple[float, bool]] = field(default_factory=list)
+
+
+def check(setting: Setting, n: int, seed: int, prior: Prior, runs: int) -> int:
+    """How many of the first runs the default rule reproduces the real bisect on."""
+    same = 0
+    for r in range(runs):
+        trials, stop, _, _, _ = one_run((setting, n, seed, r, prior))
+        mine, k, _ = trajectory((setting, n, seed, r, prior))["default"]
+        kind = ("budget" if k < 0 else "good end bad" if k == 0 else "bad end good" if k == n
+                else "confident")
+        same += trials == mine and stop == kind
+    return same
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--candidates", default="20")
+    ap.add_argument("--seed", type=int, default=27, help="27: bisect_simulation.txt's draws")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    header()
+    print("only counts are measured here (no timings but the wall time at the end)")
+    print(f"prior: {PRIOR.describe()}; budget {MAX_TRIALS} trials; the same trials for every "
+          f"rule within a run")
+    import multiprocessing
+
+    t0 = time.monotonic()
+    pool = multiprocessing.Pool(args.jobs) if args.jobs > 1 else None
+    summary: list[str] = []
+    try:
+        for n in (int(x) for x in args.candidates.split(",")):
+            tallies = {name: {s: Tally() for s in SETTINGS} for name in RULES}
+            agree = 0
+            for s in SETTINGS:
+                jobs = [(s, n, args.seed, r, PRIOR) for r in range(args.runs)]
+                results = pool.imap(trajectory, jobs, chunksize=8) if pool else map(
+                    trajectory, jobs)
+                for r, res in enumerate(results):
+                    first = first_of(s, n, args.seed, r, PRIOR)
+                    for name, (trials, k, printed) in res.items():
+                        t = tallies[name][s]
+                        t.runs += 1
+                        t.trials.append(trials)
+                        answered = 1 <= k <= n - 1 or (s == FROM_PRIOR and k >= 0)
+                        if answered:
+                            t.answers.append((printed, k == first))
+                agree += check(s, n, args.seed, PRIOR, min(CHECKED, args.runs))
+            print(f"\n# {n} stacks, {args.runs} runs a setting; the default rule reproduces "
+                  f"the real bisect (trials and stop) in {agree} of "
+                  f"{len(SETTINGS) * min(CHECKED, args.runs)} runs checked")
+            for name in RULES:
+                summary.append(report(name, n, tallies[name]))
+    finally:
+        if pool is not None:
+            pool.close()
+    print("\n# summary: goals missed per rule (of issue 27's, as bisect_simulation counts them)")
+    print(f"{'stacks':>6} {'rule':<20} {'missed':>6} {'trials 2->50%':>13} "
+          f"{'worst right/ans':>15} {'max inconcl.':>12} {'worst bin gap':>13}")
+    for line in summary:
+        print(line)
+    print(f"\n{time.monotonic() - t0:.0f} s wall, {args.jobs} process(es)")
+
+
+def report(name: str, n: int, tallies: dict[Setting, Tally]) -> str:
+    """Prints one rule's table; returns its summary line."""
+    missed: list[str] = []
+    print(f"\n## rule: {name} ({n} stacks)")
+    print(f"{'rates':<20} {'answered':>8} {'right/answers':>13} {'mean trials':>11}  "
+          f"calibration: bin answers printed right [95%] gap")
+    worst_acc, worst_inc, worst_gap, mean_2_50 = 1.0, 0.0, 0.0, 0.0
+    for s, t in tallies.items():
+        a = len(t.answers)
+        right = sum(r for _, r in t.answers)
+        acc = right / a if a else 0.0
+        mean = sum(t.trials) / len(t.trials)
+        cells = []
+        for lo, hi in ALL_BINS:
+            got = [(c, r) for c, r in t.answers if in_bin(c, lo, hi)]
+            if not got:
+                continue
+            k = sum(r for _, r in got)
+            printed = sum(c for c, _ in got) / len(got)
+            w_lo, w_hi = wilson(k, len(got))
+            gap = k / len(got) - printed
+            cells.append(f"{lo:.0%}-{hi:.0%} {len(got)} {printed:.1%} {k / len(got):.1%} "
+                         f"[{w_lo:.1%}, {w_hi:.1%}] {100 * gap:+.1f}")
+            if abs(gap) > abs(worst_gap):
+                worst_gap = gap
+            if abs(gap) > TOLERANCE:
+                missed.append(f"{label(s)} bin {lo:.0%}-{hi:.0%} {100 * gap:+.1f} points")
+        print(f"{label(s):<20} {a / t.runs:>8.1%} {acc:>13.1%} {mean:>11.1f}  "
+              + "; ".join(cells))
+        if s != FROM_PRIOR and a:
+            worst_acc = min(worst_acc, acc)
+            if acc < 0.95:
+                missed.append(f"{label(s)} {acc:.1%} right")
+        if SETTINGS.index(s) < ORIGINAL:
+            worst_inc = max(worst_inc, 1 - a / t.runs)
+            if 1 - a / t.runs > 0.05:
+                missed.append(f"{label(s)} {1 - a / t.runs:.1%} inconclusive")
+        if s == (0.02, 0.5):
+            mean_2_50 = mean
+            if n in TRIAL_GOALS and mean > TRIAL_GOALS[n]:
+                missed.append(f"{label(s)} {mean:.1f} trials")
+    print(f"goals missed: {len(missed)}" + "".join(f"\n  - {m}" for m in missed))
+    return (f"{n:>6} {name:<20} {len(missed):>6} {mean_2_50:>13.1f} {worst_acc:>15.1%} "
+            f"{worst_inc:>12.1%} {100 * worst_gap:>+12.1f}pt")
+
+
+if __name__ == "__main__":
+    main()
