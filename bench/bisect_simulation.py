@@ -1,7 +1,7 @@
 """Is `bisect` right as often as it says, and after how many trials?
 
 Simulated stacks (no hardware): N stacks in order; stack i fails each trial with its rate. The
-real bisect (stress.verdicts.bisect.bisect, its defaults: stop at a 95% posterior, 300 trials
+real bisect (stress.verdicts.bisect.bisect, its defaults: stop at a 97.5% posterior, 300 trials
 at most, the prior of analysis.changepoint) runs on each; an answer is right when it names the
 first rise.
 - One-step settings: the stacks from FIRST on fail at the bad rate, those before at the good

@@ -348,13 +348,13 @@ def evaluate(dirs: Sequence[Path], spec: GateSpec, budget_ended: bool = False) -
     elif decision is Decision.ACCEPT_H1:
         verdict, reason = Verdict.FAIL, (
             f"failing jobs {rate.describe()}: not below {spec.p0:.3g} (a quarter of the bound "
-            f"{spec.max_rate:g}) at {spec.confidence:.0%}")
+            f"{spec.max_rate:g}) at {100 * spec.confidence:g}%")
     elif problems:
         verdict, reason = Verdict.INCONCLUSIVE, "; ".join(problems)
     elif decision is Decision.ACCEPT_H0:
         verdict, reason = Verdict.PASS, (
             f"failing jobs {rate.describe()}: below the bound {spec.max_rate:g} at "
-            f"{spec.confidence:.0%}")
+            f"{100 * spec.confidence:g}%")
     else:
         why = "the budget ended" if budget_ended else "the data ended"
         verdict, reason = Verdict.INCONCLUSIVE, (

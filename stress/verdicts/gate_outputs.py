@@ -20,7 +20,7 @@ _ICON: dict[Verdict, str] = {Verdict.PASS: "✅", Verdict.FAIL: "❌", Verdict.I
 def _rate_text(g: GateResult) -> str:
     r = g.rate
     return (f"{r.failures}/{r.units} jobs = {fmt_rate(r.rate)} [{fmt_rate(r.low)}, "
-            f"{fmt_rate(r.high)}] ({r.confidence:.0%}, clustered by worker process)")
+            f"{fmt_rate(r.high)}] ({100 * r.confidence:g}%, clustered by worker process)")
 
 
 def _exit_text(g: GateResult) -> str:
@@ -30,7 +30,7 @@ def _exit_text(g: GateResult) -> str:
     if r is None or not r.failures:
         return ""
     return (f"{r.failures}/{r.units} process exits = {fmt_rate(r.rate)} [{fmt_rate(r.low)}, "
-            f"{fmt_rate(r.high)}] ({r.confidence:.0%})")
+            f"{fmt_rate(r.high)}] ({100 * r.confidence:g}%)")
 
 
 def render_text(g: GateResult) -> str:

@@ -57,7 +57,7 @@ def test_bisect_over_16_stacks_names_the_first_bad_one_with_its_posterior(
     assert r.first_bad == f"n{first_bad:02d}" and r.last_good == f"n{first_bad - 1:02d}"
     assert r.confidence >= 0.95
     shown = render(r)
-    assert f"posterior {r.confidence:.1%} (asked 95%) after {r.trials} trials" in shown
+    assert f"posterior {r.confidence:.1%} (asked 97.5%) after {r.trials} trials" in shown
     row = next(x for x in shown.splitlines() if x.strip().startswith(r.first_bad))
     assert row.endswith("<- first bad") and f"{r.confidence:.1%}" in row
     assert r.trials == sum(row.trials for row in r.rows)
@@ -97,9 +97,9 @@ def test_when_the_budget_is_spent_the_posteriors_top_stacks_are_reported() -> No
     r = bisect(Stacks(rates), list(rates), seed=0, max_trials=30)
     assert r.outcome is Outcome.INCONCLUSIVE and r.outcome.exit_code == 3
     assert r.stop is Stop.BUDGET and r.trials == 30 and r.first_bad == ""
-    assert len(r.top) >= 2 and r.top[0][1] < 0.95
+    assert len(r.top) >= 2 and r.top[0][1] < 0.975
     assert [p for _, p in r.top] == sorted((p for _, p in r.top), reverse=True)
-    assert "the budget of 30 trials is spent with no stack at 95%" in r.reason
+    assert "the budget of 30 trials is spent with no stack at 97.5%" in r.reason
     assert f"most likely first bad {r.top[0][0]} {r.top[0][1]:.1%}" in r.reason
 
 

@@ -1,5 +1,5 @@
 """bench/bisect_frontier.py's alternative posteriors (issue 27), checked against sums written
-out by hand, and its default rule against the real bisect."""
+out by hand, and the rule at bisect's default confidence against the real bisect."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from bisect_frontier import favoured, plug_in, trajectory  # noqa: E402
 from bisect_simulation import one_run  # noqa: E402
 
 from stress.analysis.changepoint import PRIOR, FirstRise, Prior, first_rise  # noqa: E402
+from stress.verdicts.bisect import CONFIDENCE  # noqa: E402
 
 
 def _lik(f: int, m: int, r: float) -> float:
@@ -51,10 +52,12 @@ def test_favoured_takes_one_rise_unless_a_second_is_more_likely_than_not() -> No
 
 
 @pytest.mark.parametrize("setting", [(0.02, 0.5), (0.02, 0.2, 0.5)])
-def test_the_default_rule_stops_where_the_real_bisect_does(setting: tuple[float, ...]) -> None:
+def test_the_rule_at_the_default_confidence_stops_where_the_real_bisect_does(
+        setting: tuple[float, ...]) -> None:
     for run in range(3):
         trials, stop, printed, _, _ = one_run((setting, 8, 5, run, PRIOR))
-        mine, k, shown = trajectory((setting, 8, 5, run, PRIOR))["default"]
+        rule = f"stop at {100 * CONFIDENCE:g}%"
+        mine, k, shown = trajectory((setting, 8, 5, run, PRIOR))[rule]
         assert mine == trials
         assert (stop == "confident") == (1 <= k <= 6)
         if stop == "confident":
