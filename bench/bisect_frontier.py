@@ -1,8 +1,9 @@
 """Can any stopping rule meet all of issue 27's bisect goals at once? The rules side by side.
 
 bench/bisect_simulation.py measures bisect's default rule (stop when the top stack's posterior
-reaches 95%, print that posterior). This script runs the same truths and the same trials
-(bisect_simulation's truth() and SimStacks, the same seeded generator per run) and asks, of
+reaches verdicts.bisect.CONFIDENCE, print that posterior). This script runs the same truths
+and the same trials (bisect_simulation's truth() and SimStacks, the same seeded generator per
+run) and asks, of
 the same sequence of trials, when each of several rules would have stopped, which stack it
 would have named and what it would have printed. The next trial does not depend on the
 stopping rule (it is the stack of largest expected entropy drop of the full posterior), so one
@@ -14,8 +15,8 @@ integrated out, room for a second rise; top: its largest stack):
 - stop at 95%: stop when P(top) >= 95%; print P(top). bisect's default until this script's
   outputs (bench/results/bisect_frontier*.txt, where it is called "default") made it 97.5%.
 - stop at 97.5%: the same at 97.5%, bisect's default now (called "later stop" in them).
-- plug-in printed: stop when P(top) >= 95% and the plug-in posterior of top are both >= 95%; print
-  the plug-in one. The plug-in posterior: one rise, the good and bad rates fixed at P's
+- plug-in printed: stop when P(top) >= 95% and the plug-in posterior of top is >= 95% too;
+  print the plug-in one. The plug-in posterior: one rise, the good and bad rates fixed at P's
   posterior means (FirstRise.rates), the ends weighted as the prior weighs them; a posterior
   that no longer averages over the rates the trials still allow.
 - plug-in: stop when the plug-in posterior's top reaches 95%; name and print that.
@@ -25,12 +26,13 @@ integrated out, room for a second rise; top: its largest stack):
 
 Goals (issue 27, as bisect_simulation counts them): answers right >= 95% in every setting
 (but the one from the prior), inconclusive <= 5% in the four original settings, every bin of
-printed confidence within 3 points of the share right, mean trials at 2% -> 50% <= 30 over 20
-stacks (45 over 64). The last line per rule counts the goals it misses.
+printed confidence within 3 points of the share right (here also a bin below 95%, which only
+the rules that print another posterior than the one they stop on can fill), mean trials at
+2% -> 50% <= 30 over 20 stacks (45 over 64). The last line per rule counts the goals it misses.
 
-Check of the machinery: for the first CHECKED runs of each setting the trials and stop of the
-rule at bisect's default confidence are compared with bisect_simulation.one_run (the real
-bisect); the output says how many agree.
+Check of the machinery: for the first CHECKED runs of each setting the trials, stop, answer
+and printed posterior of the rule at bisect's default confidence are compared with
+bisect_simulation.one_run (the real bisect); the output says how many agree.
 
     python bench/bisect_frontier.py [--runs 1000] [--candidates 20] [--seed 27] [--jobs 2]
 """
@@ -101,8 +103,8 @@ def plug_in(fr: FirstRise, failures: Any, trials: Any, prior: Prior) -> Any:
     n = len(f)
     k = np.arange(n + 1)
     log = cg[k] + cb[n] - cb[k]
-    log[0] += math.log(prior.end_weight)
-    log[n] += math.log(prior.end_weight)
+    with np.errstate(divide="ignore"):
+        log[[0, n]] += np.log(prior.end_weight)  # 0: the ends are not hypotheses
     w = np.exp(log - log.max())
     return w / w.sum()
 
@@ -135,8 +137,8 @@ def printed_fav(v: View) -> tuple[int, float] | None:
 
 
 RULES: dict[str, Rule] = {
-    "stop at 95%": lambda v: at(v.post, CONFIDENCE),
-    "stop at 97.5%": lambda v: at(v.post, LATER),
+    f"stop at {100 * CONFIDENCE:g}%": lambda v: at(v.post, CONFIDENCE),
+    f"stop at {100 * LATER:g}%": lambda v: at(v.post, LATER),
     "plug-in printed": both,
     "plug-in": lambda v: at(v.plug, CONFIDENCE),
     "one rise printed": printed_fav,
@@ -184,13 +186,18 @@ def check(setting: Setting, n: int, seed: int, prior: Prior, runs: int) -> int:
     """How many of the first runs the rule at bisect's default confidence reproduces the
     real bisect on."""
     rule = f"stop at {100 * DEFAULT:g}%"
+    if rule not in RULES:
+        raise SystemExit(f"no rule at bisect's default confidence ({rule}): add one to RULES")
     same = 0
     for r in range(runs):
-        trials, stop, _, _, _ = one_run((setting, n, seed, r, prior))
-        mine, k, _ = trajectory((setting, n, seed, r, prior))[rule]
+        trials, stop, printed, right, _ = one_run((setting, n, seed, r, prior))
+        mine, k, shown = trajectory((setting, n, seed, r, prior))[rule]
         kind = ("budget" if k < 0 else "good end bad" if k == 0 else "bad end good" if k == n
                 else "confident")
-        same += trials == mine and stop == kind
+        answered = 1 <= k <= n - 1 or (setting == FROM_PRIOR and k >= 0)
+        same += (trials == mine and stop == kind and (printed < 0) == (not answered)
+                 and (printed < 0 or (abs(printed - shown) < 1e-12
+                                      and right == (k == first_of(setting, n, seed, r, prior)))))
     return same
 
 
@@ -229,8 +236,9 @@ def main() -> None:
                             t.answers.append((printed, k == first))
                 agree += check(s, n, args.seed, PRIOR, min(CHECKED, args.runs))
             print(f"\n# {n} stacks, {args.runs} runs a setting; the rule at bisect's "
-                  f"default ({100 * DEFAULT:g}%) reproduces the real bisect (trials and stop) "
-                  f"in {agree} of {len(SETTINGS) * min(CHECKED, args.runs)} runs checked")
+                  f"default ({100 * DEFAULT:g}%) reproduces the real bisect (trials, stop, "
+                  f"answer, printed) in {agree} of {len(SETTINGS) * min(CHECKED, args.runs)} "
+                  f"runs checked")
             for name in RULES:
                 summary.append(report(name, n, tallies[name]))
     finally:

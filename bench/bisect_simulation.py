@@ -218,7 +218,7 @@ def report(n: int, runs: int, tallies: list[tuple[Setting, Tally]]) -> list[str]
     """Prints the tables for one list length; returns the goals missed."""
     missed = []
     print(f"\n## {n} stacks, {runs} bisections per setting (defaults: stop at "
-          f"{CONFIDENCE:.0%}, at most {MAX_TRIALS} trials)")
+          f"{100 * CONFIDENCE:g}%, at most {MAX_TRIALS} trials)")
     print(f"{'rates (good -> bad)':<20} {'answered':>8} {'right/answers':>13} "
           f"{'right/runs':>10} {'inconcl.':>8} {'mean trials':>11} {'p90 trials':>10} "
           f"{'mean printed':>12} {'if rates known':>14}")

@@ -58,6 +58,11 @@ confidence prints 98.1-98.4% at clear faults (right 100%: inside 3 points) and 9
 2% -> 15% (right 98.7%), but takes 10 more trials at 2% -> 50% (49.8 against 39.8): it would
 meet the calibration bins by spending trials, not by a better posterior (the same posterior,
 as far below the known-rates one, only stopped later), so it is not the default.
+A plain later stop, at 97.5%, is (verdicts.bisect.CONFIDENCE): the same trade for fewer
+trials (45.4 against 39.0 over 20 stacks, 51.2 against 45.3 over 64), and every setting
+printed within 3 points and right >= 96.4% (bench/results/bisect_frontier.txt, -64.txt, which
+also show why printing a posterior with the rates plugged in is no way out: overconfident by
+4-7 points where a fault is faint or rises twice).
 """
 
 from __future__ import annotations

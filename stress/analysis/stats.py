@@ -174,7 +174,7 @@ class Rate:
         return self.units / self.design_effect if self.units else 0.0
 
     def describe(self) -> str:
-        pct = f"{self.confidence:.0%}"
+        pct = f"{100 * self.confidence:g}%"
         shown = self.design_effect >= SHOWN_DESIGN_EFFECT
         clu = f"; {self.clusters} processes, design effect {self.design_effect:.2g}" \
             if shown else f"; {self.clusters} processes"

@@ -43,10 +43,11 @@ LEAST_RISE: tuple[float, float] = (0.05, 0.4)  # --least-rise's range: a rise un
 #   out of reach of a few hundred trials (changepoint.RISE); over ~0.45 two rises in a row no
 #   longer fit between the good rate and 1 (the second-rise hypotheses have no room)
 CONFIDENCE: float = 0.975  # stop when the top stack's posterior reaches it (--confidence).
-#   Not 95%: stopped there, a clear fault's answer (right 99.8-100% of the time) prints 95.5%,
+#   Not 95%: stopped there, a clear fault's answer (right 99.4-100% of the time) prints 95.5%,
 #   and a faint one over 64 stacks is right 93.2%; at 97.5% every simulated setting prints
-#   within 3 points of its share right and is right >= 96.4%, for 13-16% more trials
-#   (bench/results/bisect_frontier.txt, bisect_frontier-64.txt, bisect_simulation.txt)
+#   within 3 points of its share right and is right >= 96.4%, for 9-21% more trials (13-16%
+#   at 2% -> 50%) and more runs inconclusive where the fault is faint (2% -> 15% over 64
+#   stacks: 41.8% against 34.1%). bench/results/bisect_frontier.txt, -64.txt, docs/stacks.md
 MAX_TRIALS: int = 300  # the whole bisection's trials, those on disk included: 300 one-minute
 #   soaks are a long night; at 5% vs 40% over 20 stacks 1 bisection in 20 needs more than 200
 #   (bench/results/bisect_simulation.txt has the distribution's 90th percentiles)

@@ -40,7 +40,7 @@ def render_text(g: GateResult) -> str:
              *([f"  failing exits {exits}"] if exits else []),
              f"  failing jobs  {_rate_text(g)}; bound {fmt_rate(g.spec.max_rate)}",
              f"  test          Wald SPRT p0 {fmt_rate(g.spec.p0)} vs p1 "
-             f"{fmt_rate(g.spec.max_rate)}, errors <= {g.spec.error_rate:.0%} each; "
+             f"{fmt_rate(g.spec.max_rate)}, errors <= {100 * g.spec.error_rate:g}% each; "
              f"llr {g.sprt['llr']} in [{g.sprt['lower_bound']}, {g.sprt['upper_bound']}]",
              f"  data          {g.rate.units:,} jobs, {g.invocations:,} invocations, shards "
              f"{len(g.shards_seen)}/{g.shards_expected}, {len(g.runs)} run(s)"]
@@ -68,7 +68,7 @@ def render_markdown(g: GateResult) -> str:
            *([f"| failing process exits | {_md_cell(exits)} |"] if exits else []),
            f"| failing jobs | {_md_cell(_rate_text(g))} |",
            f"| bound | {fmt_rate(g.spec.max_rate)} (PASS below it, FAIL not below "
-           f"{fmt_rate(g.spec.p0)}; errors <= {g.spec.error_rate:.0%}) |",
+           f"{fmt_rate(g.spec.p0)}; errors <= {100 * g.spec.error_rate:g}%) |",
            f"| data | {g.rate.units:,} jobs, {g.invocations:,} invocations, "
            f"{len(g.runs)} run(s) |",
            f"| shards | {len(g.shards_seen)} of {g.shards_expected} |", ""]

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from stress.cli import cli
 from stress.verdicts.bisect import (
+    CONFIDENCE,
     MAX_TRIALS,
     Evidence,
     Outcome,
@@ -55,7 +56,7 @@ def test_bisect_over_16_stacks_names_the_first_bad_one_with_its_posterior(
     r = bisect(Stacks(rates, seed=first_bad), list(rates), seed=0)
     assert r.outcome is Outcome.FOUND and r.outcome.exit_code == 0
     assert r.first_bad == f"n{first_bad:02d}" and r.last_good == f"n{first_bad - 1:02d}"
-    assert r.confidence >= 0.95
+    assert r.confidence >= CONFIDENCE
     shown = render(r)
     assert f"posterior {r.confidence:.1%} (asked 97.5%) after {r.trials} trials" in shown
     row = next(x for x in shown.splitlines() if x.strip().startswith(r.first_bad))
@@ -239,7 +240,7 @@ def test_a_bad_end_that_fails_like_the_good_ones_is_inconclusive_and_says_so() -
     r = bisect(Stacks(dict.fromkeys(names, 0.0)), names, seed=0, known=known)
     assert r.stop is Stop.BAD_END_GOOD and r.outcome.exit_code == 3
     assert "the bad end n5 fails like the stacks before it" in r.reason
-    assert r.top[0][0] == "(no stack is bad)" and r.no_stack_bad >= 0.95
+    assert r.top[0][0] == "(no stack is bad)" and r.no_stack_bad >= CONFIDENCE
 
 
 def test_a_rate_that_rises_twice_is_answered_by_its_first_rise() -> None:
@@ -336,6 +337,7 @@ def test_the_cli_bisect_takes_a_least_rise_and_its_defaults_are_the_models(
     assert out["first_bad"] == "n05" and out["prior"]["least_rise"] == 0.3
     again = CliRunner().invoke(cli, args)  # (text: the plan's line; resumed, nothing runs)
     assert "a stack bad from a rise of 30 points on" in again.output
+    assert f"stop at {100 * CONFIDENCE:g}%, at most 300 trials" in again.output  # 97.5%
     assert "each rise >= 30%" in again.output
     for wrong in ("0.5", "0.01"):  # (0.5 crashed the posterior after the stacks were built)
         bad = CliRunner().invoke(cli, [*args[:-1], wrong])

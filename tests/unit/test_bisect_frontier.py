@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from bisect_frontier import favoured, plug_in, trajectory  # noqa: E402
+from bisect_frontier import favoured, first_of, plug_in, trajectory  # noqa: E402
 from bisect_simulation import one_run  # noqa: E402
 
 from stress.analysis.changepoint import PRIOR, FirstRise, Prior, first_rise  # noqa: E402
@@ -54,11 +54,15 @@ def test_favoured_takes_one_rise_unless_a_second_is_more_likely_than_not() -> No
 @pytest.mark.parametrize("setting", [(0.02, 0.5), (0.02, 0.2, 0.5)])
 def test_the_rule_at_the_default_confidence_stops_where_the_real_bisect_does(
         setting: tuple[float, ...]) -> None:
-    for run in range(3):
-        trials, stop, printed, _, _ = one_run((setting, 8, 5, run, PRIOR))
+    n, seen = 8, set()
+    for run in (0, 1, 2, 14):  # run 14 of 2% -> 50%: the first bad stack is the list's last
+        trials, stop, printed, right, _ = one_run((setting, n, 5, run, PRIOR))
         rule = f"stop at {100 * CONFIDENCE:g}%"
-        mine, k, shown = trajectory((setting, 8, 5, run, PRIOR))[rule]
+        mine, k, shown = trajectory((setting, n, 5, run, PRIOR))[rule]
         assert mine == trials
-        assert (stop == "confident") == (1 <= k <= 6)
+        assert (stop == "confident") == (1 <= k <= n - 1)
         if stop == "confident":
             assert shown == pytest.approx(printed)
+            assert right == (k == first_of(setting, n, 5, run, PRIOR))
+            seen.add(k)
+    assert len(seen) >= 3  # different answers: not one stack named every time

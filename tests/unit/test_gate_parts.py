@@ -273,3 +273,10 @@ def test_failed_tests_are_rated_not_fatal_by_default_and_fatal_when_named(
     assert g.rate.failures == 2
     fatal = evaluate([run], GateSpec(RATE, fatal=parse_fatal("crash,failed")))
     assert fatal.verdict is Verdict.FAIL and "new failed" in fatal.reason
+
+
+def test_a_confidence_asked_is_printed_as_asked_not_rounded(tmp_path: Path) -> None:
+    spec = GateSpec(RATE, 0.995)
+    g = evaluate([make_store(tmp_path / "long", "a", range(jobs_to_pass(spec) + 20))], spec)
+    assert g.verdict is Verdict.PASS
+    assert g.reason.endswith("at 99.5%") and "(99.5%" in g.reason and "100%" not in g.reason
