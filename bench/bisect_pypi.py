@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -47,14 +48,18 @@ def stacks_toml(lib: Path, first_bad: str, p: float) -> str:
     return "".join(out)
 
 
+INDEXES = re.compile(r"Looking in indexes: .*")  # pip's progress names the package
+#   indexes' addresses: not kept in a committed output
+
+
 def run(argv: list[str], what: str, tmp: str) -> None:
     print(f"## {what}\n$ iree-stress {' '.join(argv)}".replace(tmp, "$TMP"), flush=True)
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "stress", *argv], capture_output=True,
                           text=True, cwd=ROOT)
     print(f"({time.monotonic() - t0:.0f} s, exit {proc.returncode})")
-    print(proc.stderr.replace(tmp, "$TMP"), proc.stdout.replace(tmp, "$TMP"), sep="\n",
-          flush=True)
+    err = INDEXES.sub("Looking in indexes: (addresses left out)", proc.stderr)
+    print(err.replace(tmp, "$TMP"), proc.stdout.replace(tmp, "$TMP"), sep="\n", flush=True)
 
 
 def main() -> None:
