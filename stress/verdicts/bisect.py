@@ -45,12 +45,12 @@ LEAST_RISE: tuple[float, float] = (0.05, 0.4)  # --least-rise's range: a rise un
 CONFIDENCE: float = 0.975  # stop when the top stack's posterior reaches it (--confidence).
 #   Not 95%: stopped there, a clear fault's answer (right 99.4-100% of the time) prints 95.5%,
 #   and a faint one over 64 stacks is right 93.2%; at 97.5% every simulated setting prints
-#   within 3 points of its share right and is right >= 96.4%, for 9-21% more trials (13-16%
+#   within 3 points of its share right and is right >= 96.4%, for 7-21% more trials (13-16%
 #   at 2% -> 50%) and more runs inconclusive where the fault is faint (2% -> 15% over 64
 #   stacks: 41.8% against 34.1%). bench/results/bisect_frontier.txt, -64.txt, docs/stacks.md
 MAX_TRIALS: int = 300  # the whole bisection's trials, those on disk included: 300 one-minute
-#   soaks are a long night; at 5% vs 40% over 20 stacks 1 bisection in 20 needs more than 200
-#   (bench/results/bisect_simulation.txt has the distribution's 90th percentiles)
+#   soaks are a long night; at 5% vs 40% over 20 stacks 1 bisection in 10 needs more than 183
+#   and 2.8% spend all 300 (bench/results/bisect_simulation.txt: 90th percentiles, stops)
 TOP_SHOWN: int = 5  # stacks listed when the budget ends: the posterior's largest
 TOP_MASS: float = 0.99  # ... or fewer, once they hold this much of it
 
