@@ -174,7 +174,7 @@ class Rate:
         return self.units / self.design_effect if self.units else 0.0
 
     def describe(self) -> str:
-        pct = f"{100 * self.confidence:g}%"
+        pct = fmt_level(self.confidence)
         shown = self.design_effect >= SHOWN_DESIGN_EFFECT
         clu = f"; {self.clusters} processes, design effect {self.design_effect:.2g}" \
             if shown else f"; {self.clusters} processes"
@@ -189,6 +189,11 @@ class Rate:
                 "ci_low": round(self.low, 6), "ci_high": round(self.high, 6),
                 "confidence": self.confidence, "design_effect": round(self.design_effect, 3),
                 "method": self.method}
+
+
+def fmt_level(p: float) -> str:
+    """A level the user asked for, as asked: 0.95 -> 95%, 0.975 -> 97.5%, 0.995 -> 99.5%."""
+    return f"{100 * p:g}%"
 
 
 def fmt_rate(p: float) -> str:

@@ -36,7 +36,7 @@ import numpy as np
 
 from stress.analysis import header
 from stress.analysis.changepoint import PRIOR, FirstRise, Prior, expected_entropy, first_rise
-from stress.analysis.stats import fmt_rate
+from stress.analysis.stats import fmt_level, fmt_rate
 from stress.verdicts.trials import Trial, TrialRunner
 
 LEAST_RISE: tuple[float, float] = (0.05, 0.4)  # --least-rise's range: a rise under 5 points is
@@ -252,7 +252,8 @@ def _result(ev: Evidence, fr: FirstRise, stop: Stop, asked: float, budget: int,
     if stop is Stop.CONFIDENT:
         r.first_bad, r.last_good = names[k], names[k - 1]
         r.reason = (f"first bad stack: {names[k]} (last good: {names[k - 1]}); posterior "
-                    f"{r.confidence:.1%} (asked {100 * asked:g}%) after {r.trials} trials; {rates}")
+                    f"{r.confidence:.1%} (asked {fmt_level(asked)}) after {r.trials} trials; "
+                    f"{rates}")
     elif stop is Stop.GOOD_END_BAD:
         r.reason = (f"the good end {names[0]} fails like the stacks after it (posterior "
                     f"{r.confidence:.1%} that the list's first stack is already bad) after "
@@ -265,7 +266,7 @@ def _result(ev: Evidence, fr: FirstRise, stop: Stop, asked: float, budget: int,
         rows[names.index(harness[0])].note = "not a result: its workers could not start"
         r.reason = f"{harness[1]}; posterior so far: {shown}"
     else:
-        r.reason = (f"the budget of {budget} trials is spent with no stack at {100 * asked:g}%: "
+        r.reason = (f"the budget of {budget} trials is spent with no stack at {fmt_level(asked)}: "
                     f"most likely first bad {shown}; {rates}")
     return r
 
@@ -356,7 +357,7 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
         cached = Cached(SoakTrials(base, built, out, log), own)
         known = stored_trials([own], names)
         log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, stop at "
-            f"{100 * confidence:g}%, at most {max_trials} trials, a stack bad from a rise of "
+            f"{fmt_level(confidence)}, at most {max_trials} trials, a stack bad from a rise of "
             f"{100 * prior.rise:g} points on; "
             f"trials in {out} (rerun the same command to resume); {len(known)} trial(s) of "
             f"this bisection already on disk")

@@ -52,6 +52,7 @@ from stress.analysis.stats import (
     cluster_design_effect_of_shapes,
     clustered_rate,
     episode_design_effect,
+    fmt_level,
 )
 from stress.errors import UsageError
 from stress.vocab import FailureClass, RunStatus, WorkerOutcome
@@ -348,13 +349,13 @@ def evaluate(dirs: Sequence[Path], spec: GateSpec, budget_ended: bool = False) -
     elif decision is Decision.ACCEPT_H1:
         verdict, reason = Verdict.FAIL, (
             f"failing jobs {rate.describe()}: not below {spec.p0:.3g} (a quarter of the bound "
-            f"{spec.max_rate:g}) at {100 * spec.confidence:g}%")
+            f"{spec.max_rate:g}) at {fmt_level(spec.confidence)}")
     elif problems:
         verdict, reason = Verdict.INCONCLUSIVE, "; ".join(problems)
     elif decision is Decision.ACCEPT_H0:
         verdict, reason = Verdict.PASS, (
             f"failing jobs {rate.describe()}: below the bound {spec.max_rate:g} at "
-            f"{100 * spec.confidence:g}%")
+            f"{fmt_level(spec.confidence)}")
     else:
         why = "the budget ended" if budget_ended else "the data ended"
         verdict, reason = Verdict.INCONCLUSIVE, (

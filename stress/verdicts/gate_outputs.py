@@ -10,7 +10,7 @@ from pathlib import Path
 
 from stress.analysis import header
 from stress.analysis.signatures import Signature
-from stress.analysis.stats import fmt_rate
+from stress.analysis.stats import fmt_level, fmt_rate
 from stress.verdicts.gate import SIGNATURES_SHOWN, GateResult, Verdict
 
 _ERROR_CLASSES: frozenset[str] = frozenset({"crash", "hang", "teardown_hang", "error"})
@@ -20,7 +20,7 @@ _ICON: dict[Verdict, str] = {Verdict.PASS: "✅", Verdict.FAIL: "❌", Verdict.I
 def _rate_text(g: GateResult) -> str:
     r = g.rate
     return (f"{r.failures}/{r.units} jobs = {fmt_rate(r.rate)} [{fmt_rate(r.low)}, "
-            f"{fmt_rate(r.high)}] ({100 * r.confidence:g}%, clustered by worker process)")
+            f"{fmt_rate(r.high)}] ({fmt_level(r.confidence)}, clustered by worker process)")
 
 
 def _exit_text(g: GateResult) -> str:
@@ -30,7 +30,7 @@ def _exit_text(g: GateResult) -> str:
     if r is None or not r.failures:
         return ""
     return (f"{r.failures}/{r.units} process exits = {fmt_rate(r.rate)} [{fmt_rate(r.low)}, "
-            f"{fmt_rate(r.high)}] ({100 * r.confidence:g}%)")
+            f"{fmt_rate(r.high)}] ({fmt_level(r.confidence)})")
 
 
 def render_text(g: GateResult) -> str:
@@ -40,7 +40,7 @@ def render_text(g: GateResult) -> str:
              *([f"  failing exits {exits}"] if exits else []),
              f"  failing jobs  {_rate_text(g)}; bound {fmt_rate(g.spec.max_rate)}",
              f"  test          Wald SPRT p0 {fmt_rate(g.spec.p0)} vs p1 "
-             f"{fmt_rate(g.spec.max_rate)}, errors <= {100 * g.spec.error_rate:g}% each; "
+             f"{fmt_rate(g.spec.max_rate)}, errors <= {fmt_level(g.spec.error_rate)} each; "
              f"llr {g.sprt['llr']} in [{g.sprt['lower_bound']}, {g.sprt['upper_bound']}]",
              f"  data          {g.rate.units:,} jobs, {g.invocations:,} invocations, shards "
              f"{len(g.shards_seen)}/{g.shards_expected}, {len(g.runs)} run(s)"]
@@ -68,7 +68,7 @@ def render_markdown(g: GateResult) -> str:
            *([f"| failing process exits | {_md_cell(exits)} |"] if exits else []),
            f"| failing jobs | {_md_cell(_rate_text(g))} |",
            f"| bound | {fmt_rate(g.spec.max_rate)} (PASS below it, FAIL not below "
-           f"{fmt_rate(g.spec.p0)}; errors <= {100 * g.spec.error_rate:g}%) |",
+           f"{fmt_rate(g.spec.p0)}; errors <= {fmt_level(g.spec.error_rate)}) |",
            f"| data | {g.rate.units:,} jobs, {g.invocations:,} invocations, "
            f"{len(g.runs)} run(s) |",
            f"| shards | {len(g.shards_seen)} of {g.shards_expected} |", ""]

@@ -318,7 +318,7 @@ def test_the_cli_bisect_takes_a_least_rise_and_its_defaults_are_the_models(
 
     import stress.verdicts.compare as compare_mod
     from stress.analysis.changepoint import PRIOR, RISE, first_rise
-    from stress.verdicts.bisect import CONFIDENCE, LEAST_RISE
+    from stress.verdicts.bisect import LEAST_RISE
 
     params = {p.name: p for p in cli.commands["bisect"].params}  # type: ignore[attr-defined]
     assert (params["least_rise"].default, params["confidence"].default,
