@@ -345,6 +345,7 @@ def compare(**kw: Any) -> None:
 @click.option("--good", required=True, help="A stack known good (earlier in the file).")
 @click.option("--bad", required=True, help="A stack known bad (later in the file).")
 @run_options
+@engine_options
 @click.option("--duration", "-d", type=Duration(), help="Length of each trial's soak  "
                                                        "[default: 20s, or --invocations]")
 @bisect_options
@@ -356,10 +357,11 @@ def bisect(**kw: Any) -> None:
     unknown; each trial goes where it is expected to tell the most, until one stack reaches
     --confidence. Every trial is cached under --results (default results/bisect-PLAN): rerun
     the same command to resume; trials of a compare of the same plan next to it count too.
-    Exit 0 found, 3 inconclusive. See docs/stacks.md."""
+    With --engine exec, each trial runs the command after `--` under each stack's environment
+    (the user's own test: docs/exec.md). Exit 0 found, 3 inconclusive. See docs/stacks.md."""
     from stress.verdicts import bisect as bisect_mod
 
-    opts = soak_options_from(kw, kw["duration"], False, sys.argv[2:])
+    opts = apply_engine(soak_options_from(kw, kw["duration"], False, sys.argv[2:]), kw)
     log = Log(not (kw["quiet"] or kw["as_json"]))  # lines and live steps, on stderr
     if kw["p_good"] is not None or kw["p_bad"] is not None:
         click.echo("note: --p-good/--p-bad are ignored: bisect learns both sides' rates from "
