@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -30,6 +31,7 @@ from stress.ui import Status, duration_text
 
 _PIP_TIMEOUT_S: float = 1800.0  # a TheRock wheel set is ~2 GB: slow links take many minutes
 _PROBE_TIMEOUT_S: float = 120.0  # import of rocm_sdk / pip freeze in a fresh venv
+_IMPORTED: str = "iree-stress: imported"  # the start-up check's line once its imports worked
 _ERROR_TAIL: int = 6  # last lines of pip's / uv's output quoted in a one-line error
 HIP_LIBRARY: str = "libamdhip64.so"
 ENV_HIP_DYLIB: str = "IREE_HIP_DYLIB_PATH"
@@ -380,11 +382,18 @@ def preflight(built: Built, extra_env: Mapping[str, str]) -> str:
     inconclusive: the soak's driver probe only says that the driver did not load)."""
     env = {**os.environ, **extra_env, **built.env}
     try:
-        proc = subprocess.run([built.python, "-c", "import numpy, iree.runtime"], env=env,
+        proc = subprocess.run([built.python, "-c", f"import numpy, iree.runtime; "
+                               f"print({_IMPORTED!r}, flush=True)"], env=env,
                               capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{built.python} cannot start: {exc}"
-    if proc.returncode == 0:
+    if proc.returncode == 0 or _IMPORTED in proc.stdout.splitlines():  # the imports worked;
+        #   only the check's own exit failed: the fault being hunted (a preloaded library
+        #   that segfaults at exit) kills the check too, and the soak will record it
         return ""
     tail = [x.strip() for x in (proc.stderr or proc.stdout).splitlines() if x.strip()]
-    return f"{built.python} exited {proc.returncode}: {' | '.join(tail[-_ERROR_TAIL:])[:800]}"
+    said = " | ".join(tail[-_ERROR_TAIL:])[:800] or \
+        "nothing printed, before `import numpy, iree.runtime` finished"
+    how = f"was killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 and \
+        -proc.returncode in signal.valid_signals() else f"exited {proc.returncode}"
+    return f"{built.python} {how}: {said}"

@@ -183,9 +183,12 @@ def next_stack(fr: FirstRise) -> int:
 def bisect(runner: TrialRunner, names: Sequence[str], seed: int,
            confidence: float = CONFIDENCE, max_trials: int = MAX_TRIALS,
            on_progress: Callable[[str], None] | None = None,
-           known: Iterable[Trial] = (), prior: Prior = PRIOR) -> BisectResult:
+           known: Iterable[Trial] = (), prior: Prior = PRIOR,
+           check: Callable[[str], str] | None = None) -> BisectResult:
     """`names` ordered from the known-good to the known-bad stack (both ends included);
-    `known`: trials already run (from disk), counted before any new one."""
+    `known`: trials already run (from disk), counted before any new one; `check(stack)`:
+    why a stack cannot run a trial at all ('' when it can), asked of every stack before the
+    first new trial (a stack the posterior would never try must not pass for a result)."""
     if len(names) < 2:
         raise ValueError("bisect needs at least two stacks")
     if not 0.0 < confidence < 1.0:
@@ -197,8 +200,14 @@ def bisect(runner: TrialRunner, names: Sequence[str], seed: int,
             ev.add(t)
     stop, harness = Stop.BUDGET, ("", "")
     last, ran = "", 0
+    refused = next(((n, why) for n in names for why in [check(n) if check else ""] if why),
+                   None)
     while True:
         fr = first_rise(ev.failures, ev.trials, prior)
+        if refused:
+            stop, harness = Stop.HARNESS, (refused[0], f"{refused[0]}: cannot start: "
+                                                       f"{refused[1]}")
+            break
         post = fr.posterior
         top = int(np.argmax(post))
         if last:
@@ -263,7 +272,7 @@ def _result(ev: Evidence, fr: FirstRise, stop: Stop, asked: float, budget: int,
                     f"{r.confidence:.1%} that no stack of the list is bad; trials fail "
                     f"{fmt_rate(g)}) after {r.trials} trials: is --bad really bad?")
     elif stop is Stop.HARNESS:
-        rows[names.index(harness[0])].note = "not a result: its workers could not start"
+        rows[names.index(harness[0])].note = "not a result: it could not run (see above)"
         r.reason = f"{harness[1]}; posterior so far: {shown}"
     else:
         r.reason = (f"the budget of {budget} trials is spent with no stack at {fmt_level(asked)}: "
@@ -354,7 +363,8 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
     built, keys = prepare(stacks_file, names, base, log)
     with in_use(built):
         own = TrialCache(out, plan, keys, family)
-        cached = Cached(SoakTrials(base, built, out, log), own)
+        soak = SoakTrials(base, built, out, log)
+        cached = Cached(soak, own)
         known = stored_trials([own], names)
         log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, stop at "
             f"{fmt_level(confidence)}, at most {max_trials} trials, a stack bad from a rise of "
@@ -369,7 +379,8 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
                     f"{min(t.seed for t in more)}..{max(t.seed for t in more)})")
                 known += more
                 seen |= {(t.stack, t.seed) for t in more}
-        result = bisect(cached, names, seed, confidence, max_trials, log, known, prior)
+        result = bisect(cached, names, seed, confidence, max_trials, log, known, prior,
+                        soak.check)
         trials = stored_trials([own], names) + known
         result.header = verdict_header(
             [(n, [t for t in trials if t.stack == n]) for n in names], base, seed,

@@ -286,30 +286,6 @@ def trial_problem(engine: Engine, summary: dict[str, Any], run_dir: Path) -> str
     return "" if ran else f"{engine.describe()} ran no job (see {run_dir})"
 
 
-def exec_preflight(built: Any, base: SoakOptions) -> str:
-    """Can the command start under the stack? '' when its executable is found (on the PATH
-    the jobs get: the stack's venv first) and executable. `provision.preflight` asks the stack's
-    interpreter to import iree.runtime, which says nothing about the user's command."""
-    import os
-
-    from stress.engine.execrunner import resolve_executable
-
-    if not base.command:
-        return "--engine exec needs a command after `--`"
-    if "{" in base.command[0]:  # a placeholder in the executable: known per job only
-        return ""
-    from stress.runtimes.provision import command_env
-
-    env = {**os.environ, **base.env, **command_env(built, base.env)}
-    if built.venv:
-        env["PATH"] = os.pathsep.join([str(Path(built.python).parent), env.get("PATH", "")])
-    cwd = Path(base.cwd) if base.cwd else Path.cwd()
-    exe = resolve_executable(base.command[0], cwd, env)
-    if not os.path.isfile(exe) or not os.access(exe, os.X_OK):
-        return f"the command {base.command[0]!r} is not an executable file under this stack"
-    return ""
-
-
 class SoakTrials:
     """Runs trial i of stack S as a soak with the base options, S's interpreter and env, and
     artifacts from S's compiler when it pins one; writes RUN/stack.json (freeze, runtime,
@@ -347,9 +323,21 @@ class SoakTrials:
         self.artifacts[name] = path
         return path
 
+    def check(self, stack: str) -> str:
+        """Why the stack cannot run a trial at all ('' when it can), asked once per stack."""
+        from stress.runtimes.provision import preflight
+        from stress.verdicts.setup import exec_preflight
+
+        if stack not in self.checked:
+            built = self.built[stack]
+            self.checked[stack] = exec_preflight(built, self.base) if engine_of(
+                self.base) is Engine.EXEC else preflight(built, self.base.env)
+        return self.checked[stack]
+
     def run(self, stack: str, index: int, seed: int) -> Trial:
-        from stress.runtimes.provision import check_facts, command_env, preflight
+        from stress.runtimes.provision import check_facts, command_env
         from stress.soak.run import run_soak
+        from stress.verdicts.setup import setup_problem
 
         built = self.built[stack]
         run_dir = self.out_dir / stack / f"trial-{index:04d}"
@@ -359,10 +347,7 @@ class SoakTrials:
             run_dir = self.out_dir / stack / f"trial-{index:04d}.{k}"
             k += 1
         engine = engine_of(self.base)
-        if stack not in self.checked:
-            self.checked[stack] = exec_preflight(built, self.base) if engine is Engine.EXEC \
-                else preflight(built, self.base.env)
-        if self.checked[stack]:
+        if self.check(stack):
             return Trial(stack, index, seed, False, harness=f"cannot start: "
                          f"{self.checked[stack]}", run_dir=str(run_dir))
         try:
@@ -383,8 +368,11 @@ class SoakTrials:
             "loaded_gpu_libraries": manifest.get("loaded_gpu_libraries"),
             "worker_python": manifest.get("worker_python")}, indent=1).encode())
         problems = check_facts(built, manifest)
+        setup = setup_problem(engine, summary, stack, built.stack.runtime_version)
         harness = ""
-        if summary.get("harness_errors"):
+        if setup:  # never a result of the stack (Ctrl-C, a module its runtime cannot load)
+            harness = setup
+        elif summary.get("harness_errors"):
             harness = (f"{summary['harness_errors']} worker(s) could not start "
                        f"(harness errors; see {run_dir})")
         elif summary.get("status") == RunStatus.FAILED:  # the soak itself broke: not a result
