@@ -59,8 +59,9 @@ ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
 x = np.linspace(-1, 1, 16, dtype=np.float32)
 got = ctx.modules.module.main(x).to_host()
 assert np.allclose(got, np.exp(x), rtol=1e-5), got
+seen = [sys.prefix, os.path.dirname(rt.__file__), metadata.version("iree-base-runtime")]
 with open(os.environ["SEEN_FILE"], "a") as f:
-    f.write(f"{sys.prefix} {os.path.dirname(rt.__file__)} {metadata.version('iree-base-runtime')}\\n")
+    f.write(" ".join(seen) + "\\n")
 print("done", flush=True)
 '''
 
