@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from stress.cli_stacks import stacks as stacks_command
 from stress.errors import UsageError, one_line, usage_line
 from stress.options import (
     RENAMED,
@@ -52,6 +53,9 @@ def cli() -> None:
 
     Exit codes: 0 ok, 1 failures found, 2 usage error, 3 inconclusive.
     """
+
+
+cli.add_command(stacks_command)  # (cli_stacks.py: this module stays under 500 lines)
 
 
 @cli.command(context_settings=CONTEXT)
