@@ -52,14 +52,6 @@ class Record:
         return asdict(self)
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 class Downloads:
     """The download cache under `cache_dir`."""
 

@@ -348,6 +348,7 @@ class SoakTrials:
         return path
 
     def run(self, stack: str, index: int, seed: int) -> Trial:
+        from stress.runtimes.fingerprint import content_facts
         from stress.runtimes.provision import check_facts, command_env, preflight
         from stress.soak.run import run_soak
 
@@ -381,7 +382,8 @@ class SoakTrials:
             "iree_revisions": manifest.get("iree_revisions"),
             "iree_runtime_path": manifest.get("iree_runtime_path"),
             "loaded_gpu_libraries": manifest.get("loaded_gpu_libraries"),
-            "worker_python": manifest.get("worker_python")}, indent=1).encode())
+            "worker_python": manifest.get("worker_python"),
+            **content_facts(built, manifest)}, indent=1).encode())
         problems = check_facts(built, manifest)
         harness = ""
         if summary.get("harness_errors"):
