@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from stress.cli_stacks import history as history_command
+from stress.cli_stacks import history_option, history_trials
 from stress.cli_stacks import stacks as stacks_command
 from stress.errors import UsageError, one_line, usage_line
 from stress.options import (
@@ -56,6 +58,7 @@ def cli() -> None:
 
 
 cli.add_command(stacks_command)  # (cli_stacks.py: this module stays under 500 lines)
+cli.add_command(history_command)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -352,6 +355,7 @@ def compare(**kw: Any) -> None:
 @click.option("--duration", "-d", type=Duration(), help="Length of each trial's soak  "
                                                        "[default: 20s, or --invocations]")
 @bisect_options
+@history_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No live state.")
 def bisect(**kw: Any) -> None:
@@ -370,7 +374,7 @@ def bisect(**kw: Any) -> None:
                    "the trials (docs/stacks.md)", err=True)
     result = bisect_mod.run_bisect(opts, kw["stacks_file"], kw["good"], kw["bad"],
                                    kw["results"], log, kw["confidence"], kw["max_trials"],
-                                   kw["least_rise"])
+                                   kw["least_rise"], history_trials(kw, log))
     click.echo(json.dumps(result.as_dict()) if kw["as_json"] else bisect_mod.render(result))
     sys.exit(result.outcome.exit_code)
 

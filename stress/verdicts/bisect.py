@@ -322,11 +322,13 @@ def related_caches(out: Path, family: str, plan: str,
 
 def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path | None,
                log: Callable[[str], None], confidence: float = CONFIDENCE,
-               max_trials: int = MAX_TRIALS, least_rise: float | None = None) -> BisectResult:
+               max_trials: int = MAX_TRIALS, least_rise: float | None = None,
+               past: Sequence[Trial] = ()) -> BisectResult:
     """The stacks from `good` to `bad` in file order. Trials are cached in the output folder
     (default: results/bisect-PLAN, the same for the same command): rerunning the command
     after an interruption resumes; the trials do not depend on `least_rise` (the prior's
-    least rise, the model's RISE by default), so a rerun with another one reuses them."""
+    least rise, the model's RISE by default), so a rerun with another one reuses them.
+    `past`: runs already on disk as trials of the file's stacks (history.trials_for)."""
     from stress.errors import UsageError
     from stress.fs import atomic_write
     from stress.runtimes import spec
@@ -374,6 +376,7 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
             f"{100 * prior.rise:g} points on; "
             f"trials in {out} (rerun the same command to resume); {len(known)} trial(s) of "
             f"this bisection already on disk")
+        known += as_group_trials([t for t in past if t.stack in every], parts)
         seen = {(t.stack, t.seed) for t in known}
         for cache in related_caches(out, family, plan, keys):
             more = [t for t in as_group_trials(stored_trials([cache], every), parts)
