@@ -115,14 +115,13 @@ class Downloads:
             os.chmod(tmp, new_file_mode())
             os.replace(tmp, dest)
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             if kept is not None:  # the index changed its mind about the size: keep ours
                 return kept
             reason = getattr(exc, "reason", None) or exc
             raise DownloadError(f"cannot download {url}: {reason}") from None
+        finally:
+            if os.path.exists(tmp):  # (failed or interrupted: no part file stays behind)
+                os.unlink(tmp)
         rec = Record(url, sha, got, name, index, version, family,
                      time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         atomic_write(self._record_path(url), json.dumps(rec.as_dict(), indent=1).encode())

@@ -196,12 +196,13 @@ def parse_page(data: bytes, url: str) -> list[Entry]:
         seen.setdefault(full, Entry(full, name))
     names = {e.name for e in seen.values()}
     plain = urllib.parse.unquote(text)
-    for pattern in (TARBALL, _WHEEL):
-        for m in re.finditer(r"(?<![A-Za-z0-9_.%-])" + pattern.pattern, plain):
-            name = m.group(0)
+    for pattern in (TARBALL, _WHEEL):  # (a full URL before the name is where it is)
+        for m in re.finditer(r"(?:(?P<at>https?://[^\s\"'<>]*/)|(?<![A-Za-z0-9_.%/-]))"
+                             + pattern.pattern, plain):
+            name = m.group(0)[len(m["at"] or ""):]
             if name not in names:
                 names.add(name)
-                full = urllib.parse.urljoin(url, urllib.parse.quote(name))
+                full = urllib.parse.urljoin(m["at"] or url, urllib.parse.quote(name))
                 seen.setdefault(full, Entry(full, name))
     return list(seen.values())
 

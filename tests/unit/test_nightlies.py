@@ -174,3 +174,31 @@ def test_wheel_stacks_come_from_a_simple_index_with_the_wheels_kept(tmp_path: Pa
     (links,) = st.find_links
     assert sorted(p.name for p in Path(links).iterdir()) == sorted(
         p.format(v=versions[1]) for p in projects.values())
+
+
+def test_json_embedded_in_a_page_lists_the_tarballs_where_it_says_they_are(
+        tmp_path: Path) -> None:
+    folder = index(tmp_path, NIGHTLIES)
+    with serve(folder) as base:
+        files = [{"url": f"{base}/bucket/{Nightly(v).filename}"} for v in NIGHTLIES[:4]] + \
+            [{"name": Nightly(v).filename} for v in NIGHTLIES[4:]]  # (relative to the page)
+        (folder / "bucket" / "page.html").write_text(
+            f"<html><script>window.nightlies = {json.dumps(files)};</script></html>")
+        written = write_stacks(request(tmp_path, f"{base}/bucket/page.html"),
+                               lambda _line: None)
+    assert [b.version for b in written.builds] == NIGHTLIES
+
+
+def test_a_listed_file_that_cannot_be_downloaded_is_one_line_exit_3_leaving_no_part_file(
+        tmp_path: Path) -> None:
+    folder = index(tmp_path)
+    (folder / "bucket" / Nightly(VERSIONS[3]).filename).unlink()  # listed, not there
+    with serve(folder) as base:
+        r = run_cli("stacks", "--index", f"{base}/bucket/", "--from", VERSIONS[0], "--to",
+                    VERSIONS[-1], "-o", str(tmp_path / "s.toml"), "-q", "--cache-dir",
+                    str(tmp_path / "cache"))
+    assert r.rc == 3, r.stderr
+    assert r.stderr.startswith(f"iree-stress: error: cannot download {base}/bucket/"
+                               f"{Nightly(VERSIONS[3]).filename}: ")
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not list((tmp_path / "cache" / "downloads").glob(".part-*"))
