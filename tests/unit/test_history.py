@@ -94,7 +94,9 @@ def test_bisect_history_counts_the_runs_on_disk_and_adds_trials_only_where_unsur
     assert CliRunner().invoke(cli, ["stacks", "--index", str(tmp_path / "index" / "bucket"),
                                     "--from", NIGHTLIES[0], "--to", NIGHTLIES[-1], "-o",
                                     str(stacks), "-q", *common]).exit_code == 0
-    nightly_gates(tmp_path / "gates", runs=8)  # (history alone: 89.9%, unsure)
+    nightly_gates(tmp_path / "gates", runs=8)
+    alone = CliRunner().invoke(cli, ["history", str(tmp_path / "gates")])
+    assert alone.exit_code == 3, alone.output  # not enough on their own
     FailsFromRise.runs = []
     res = CliRunner().invoke(cli, [
         "bisect", "--stacks", str(stacks), "--good", NIGHTLIES[0], "--bad", NIGHTLIES[-1],
