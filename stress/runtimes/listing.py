@@ -72,7 +72,9 @@ def version_kind(version: str) -> tuple[BuildKind, str]:
         return BuildKind.BKC, m["date"] or (bkc.group(1) if bkc else "")
     if m["date"]:
         return BuildKind.NIGHTLY, m["date"]
-    return (BuildKind.PRERELEASE if m["rc"] else BuildKind.RELEASE), ""
+    if m["rc"]:  # (IREE's rcs are dated: 3.10.0rc20251201; TheRock's are counted: rc2)
+        return BuildKind.PRERELEASE, m["rc"] if len(m["rc"]) == 8 else ""
+    return BuildKind.RELEASE, ""
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,12 @@ class Build:
     filename: str = ""
     size: int = -1  # bytes, when the listing says (-1: unknown)
 
-    def sort_key(self) -> tuple[str, int, tuple[int, ...], str]:
+    def sort_key(self) -> tuple[str, tuple[int, ...], int, str]:
+        """Date first; then (one date, or none) the version's numbers, then the kind: a
+        nightly before the +bkc build of its sources."""
         base = _VERSION.match(self.version)
         numbers = tuple(int(x) for x in base["base"].split(".")) if base else ()
-        return self.date, _TIE[self.kind], numbers, self.version
+        return self.date, numbers, _TIE[self.kind], self.version
 
 
 def by_date(builds: Iterable[Build]) -> list[Build]:

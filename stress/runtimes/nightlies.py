@@ -106,8 +106,8 @@ def list_builds(req: StacksRequest, downloads: Downloads) -> tuple[list[Build], 
     whose downloads are kept (their versions: the second item)."""
     if req.kind is PackageKind.TARBALL:
         found = listing.tarballs(listing.read_listing(req.index))
-        family = req.family
-        builds = listing.with_family(found, family, req.index) if found else []
+        builds = listing.with_family(found, req.family, req.index) if found else []
+        family = req.family or (builds[0].family if builds else None)
     else:
         family = _wheel_family(req)
         page = _project_url(req.index, ROCM_PROJECT)

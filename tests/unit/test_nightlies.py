@@ -202,3 +202,11 @@ def test_a_listed_file_that_cannot_be_downloaded_is_one_line_exit_3_leaving_no_p
                                f"{Nightly(VERSIONS[3]).filename}: ")
     assert len(r.stderr.strip().splitlines()) == 1
     assert not list((tmp_path / "cache" / "downloads").glob(".part-*"))
+
+
+def test_undated_versions_order_by_their_numbers_and_iree_rcs_by_their_date() -> None:
+    names = ["3.13.0", "3.12.0", "3.13.0rc20251016", "3.11.0"]
+    builds = [Build(v, *listing.version_kind(v)) for v in names]
+    assert listing.version_kind("3.13.0rc20251016") == (BuildKind.PRERELEASE, "20251016")
+    assert [b.version for b in listing.by_date(b for b in builds if not b.date)] == \
+        ["3.11.0", "3.12.0", "3.13.0"]
