@@ -210,3 +210,14 @@ def test_undated_versions_order_by_their_numbers_and_iree_rcs_by_their_date() ->
     assert listing.version_kind("3.13.0rc20251016") == (BuildKind.PRERELEASE, "20251016")
     assert [b.version for b in listing.by_date(b for b in builds if not b.date)] == \
         ["3.11.0", "3.12.0", "3.13.0"]
+
+
+def test_clean_cache_all_keeps_the_downloads(tmp_path: Path) -> None:
+    from stress import housekeeping as hk
+
+    with serve(index(tmp_path, NIGHTLIES[:3])) as base:
+        written = write_stacks(request(tmp_path, f"{base}/bucket/", NIGHTLIES[0],
+                                       NIGHTLIES[2]), lambda _line: None)
+    kept = [Path(st.rocm) for st in spec.load(written.path).values()]
+    list(hk.clean(tmp_path / "results", tmp_path / "cache", None, None, None, True, False))
+    assert all(p.is_file() for p in kept)
