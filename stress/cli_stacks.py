@@ -117,3 +117,6 @@ def history(run_dirs: tuple[Path, ...], by: str, confidence: float | None,
                     log=None if as_json else lambda line: click.echo(line, err=True))
     click.echo(json.dumps(h.as_dict()) if as_json else render_history(h))
     sys.exit(h.result.outcome.exit_code)
+
+
+COMMANDS: tuple[click.Command, ...] = (stacks, history)
