@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from stress import cli_housekeeping, cli_stacks
 from stress.errors import UsageError, one_line, usage_line
 from stress.options import (
     RENAMED,
@@ -52,6 +53,10 @@ def cli() -> None:
 
     Exit codes: 0 ok, 1 failures found, 2 usage error, 3 inconclusive.
     """
+
+
+for _command in (*cli_stacks.COMMANDS, *cli_housekeeping.COMMANDS):  # (modules of their own:
+    cli.add_command(_command)  # this one stays under 500 lines)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -349,6 +354,7 @@ def compare(**kw: Any) -> None:
 @click.option("--duration", "-d", type=Duration(), help="Length of each trial's soak  "
                                                        "[default: 20s, or --invocations]")
 @bisect_options
+@cli_stacks.history_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No live state.")
 def bisect(**kw: Any) -> None:
@@ -368,7 +374,7 @@ def bisect(**kw: Any) -> None:
                    "the trials (docs/stacks.md)", err=True)
     result = bisect_mod.run_bisect(opts, kw["stacks_file"], kw["good"], kw["bad"],
                                    kw["results"], log, kw["confidence"], kw["max_trials"],
-                                   kw["least_rise"])
+                                   kw["least_rise"], cli_stacks.history_trials(kw, log))
     click.echo(json.dumps(result.as_dict()) if kw["as_json"] else bisect_mod.render(result))
     sys.exit(result.outcome.exit_code)
 
@@ -420,57 +426,6 @@ def main() -> None:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
         raise
-
-
-@cli.command(context_settings=CONTEXT)
-@click.argument("folder", required=False, default="results",
-                type=click.Path(file_okay=False, path_type=Path))
-@cache_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON list of the entries.")
-def runs(folder: Path, cache_dir: str, as_json: bool) -> None:
-    """List the run folders under FOLDER (default: results): status, date of the last run,
-    runs, invocations, failures, size; then what the cache holds (artifacts, runtime
-    stacks' venvs, each with its size and last use). `iree-stress clean` removes them."""
-    from stress import housekeeping as hk
-
-    click.echo(hk.listing(folder, Path(cache_dir), as_json))
-
-
-@cli.command(context_settings=CONTEXT)
-@click.argument("folder", required=False, default="results",
-                type=click.Path(file_okay=False, path_type=Path))
-@click.option("--older-than", type=Duration(), metavar="AGE",
-              help="Remove what was last run (cache: last used) more than AGE ago: 7d, 12h.")
-@click.option("--keep", type=click.IntRange(0), metavar="N",
-              help="Keep the N newest run folders (with --cache: and stacks); remove the rest.")
-@click.option("--max-size", metavar="SIZE",
-              help="Remove the oldest until the rest fits in SIZE (500M, 10G), for run "
-                   "folders and (with --cache) the cache's stacks and artifacts apart.")
-@click.option("--all", "everything", is_flag=True,
-              help="Remove every run folder (with --cache: the whole cache) not in use.")
-@click.option("--cache", "with_cache", is_flag=True,
-              help="Clean the artifact cache too: runtime stacks' venvs and compiled "
-                   "artifacts (rebuilt on the next use).")
-@cache_option
-@click.option("--dry-run", is_flag=True, help="Say what would go; remove nothing.")
-def clean(folder: Path, older_than: float | None, keep: int | None, max_size: str | None,
-          everything: bool, with_cache: bool, cache_dir: str, dry_run: bool) -> None:
-    """Remove old run folders under FOLDER (default: results) and, with --cache, old cache
-    entries. Only folders holding a run store, empty folders, and the cache's own entries
-    are removed; a run still writing never is. Needs a cap (--older-than, --keep,
-    --max-size) or --all."""
-    from stress import housekeeping as hk
-
-    if older_than is None and keep is None and max_size is None and not everything:
-        raise UsageError("clean needs --older-than AGE, --keep N, --max-size SIZE or --all "
-                         "(add --dry-run to see what would go)")
-    try:
-        cap = hk.parse_size(max_size) if max_size is not None else None
-    except ValueError as exc:
-        raise UsageError(f"--max-size: {exc}") from None
-    for line in hk.clean(folder, Path(cache_dir) if with_cache else None, older_than, keep,
-                         cap, everything, dry_run):
-        click.echo(line)
 
 
 def _main() -> None:

@@ -5,6 +5,7 @@ imports nothing of ours (and nothing heavy: the CLI reads the default cache fold
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -61,3 +62,21 @@ def atomic_write(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+HASH_CHUNK: int = 1 << 20  # a megabyte at a time: libraries and tarballs run to GBs
+_hashed: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256, this process
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes (hex), remembered for this process by path, size and
+    mtime (a manifest hashes the same libraries at every trial)."""
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    if key not in _hashed:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(HASH_CHUNK):
+                h.update(chunk)
+        _hashed[key] = h.hexdigest()
+    return _hashed[key]

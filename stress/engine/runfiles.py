@@ -13,7 +13,7 @@ from typing import Any
 
 from stress.engine import telemetry
 from stress.engine.config import SoakConfig
-from stress.fs import atomic_write
+from stress.fs import atomic_write, sha256_file
 
 
 class RunFiles:
@@ -98,6 +98,7 @@ class RunFiles:
                 "driver": self.cfg.driver, "device_uri": self.cfg.device_uri,
                 "devices": facts.get("devices"), "device_info": facts.get("device_info"),
                 "loaded_gpu_libraries": facts.get("loaded_gpu_libraries"),
+                "library_hashes": library_hashes(facts.get("stack_libraries") or []),
                 "devices_used": self.devices,
                 "hip_library": telemetry.hip_library_path(facts.get("device_info")),
                 "telemetry": telemetry_note or None,
@@ -109,3 +110,15 @@ class RunFiles:
                 "os": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
                 "parent_python": sys.version.split()[0], "seed": self.cfg.seed,
                 "command": self.cfg.command, "config": self.cfg.as_dict()}
+
+
+def library_hashes(paths: list[str]) -> dict[str, str]:
+    """Path -> sha256 of the HIP, HSA and IREE runtime libraries a worker mapped
+    (worker.stack_libraries); a file gone since is left out."""
+    out = {}
+    for p in paths:
+        try:
+            out[p] = sha256_file(p)
+        except OSError:
+            continue
+    return out

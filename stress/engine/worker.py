@@ -107,7 +107,28 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
         writer.fail(Step.DRIVER_CREATE)
         facts["driver_error"] = str(exc)
     facts["loaded_gpu_libraries"] = _gpu_libraries()
+    facts["stack_libraries"] = stack_libraries()
     return facts
+
+
+STACK_LIBRARIES: tuple[str, ...] = ("libamdhip64", "libhsa-runtime64", "/iree/_runtime_libs/")
+#   what makes two runtime stacks the same to a worker: HIP, HSA and IREE's runtime
+
+
+def stack_libraries() -> list[str]:
+    """The files of the HIP, HSA and IREE runtime libraries this process mapped (the parent
+    hashes them into the manifest: two nightlies whose workers loaded the same bytes are one
+    stack)."""
+    found: set[str] = set()
+    try:
+        with open(f"/proc/{os.getpid()}/maps") as f:
+            for line in f:
+                path = line.rsplit(None, 1)[-1].strip() if "/" in line else ""
+                if ".so" in path and any(k in path for k in STACK_LIBRARIES):
+                    found.add(path)
+    except OSError:
+        pass
+    return sorted(found)
 
 
 def _gpu_libraries() -> list[str]:

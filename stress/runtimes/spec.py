@@ -59,7 +59,7 @@ _KEYS: frozenset[str] = frozenset({
     "requirements", "index_url", "find_links", "rocm_requirements", "rocm_index_url", "rocm",
     "compiler", "env", "python"})
 _LIST_KEYS: frozenset[str] = frozenset({"requirements", "find_links", "rocm_requirements"})
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")  # '+': TheRock versions (`+bkc.DATE`)
 _REQUIREMENT = re.compile(
     r"(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?P<extras>\[[A-Za-z0-9_.,\- ]+\])?\s*"
     r"(?:(?P<op>==|>=|<=|~=|!=|>|<)\s*(?P<version>[A-Za-z0-9_.+*!-]+))?")
@@ -186,7 +186,7 @@ def load(path: Path) -> dict[str, Stack]:
     for name, spec in tables.items():
         here = ("stacks", name)
         if not _NAME.fullmatch(name):
-            raise fail(here, f"stack name {name!r}: letters, digits, '.', '_', '-' only")
+            raise fail(here, f"stack name {name!r}: letters, digits, '.', '_', '+', '-' only")
         if not isinstance(spec, dict):
             raise fail(here, f"stack {name!r} must be a table")
         out[name] = _stack(name, spec, here, base, str(path), lines.get(here, 1), fail)
@@ -227,8 +227,9 @@ def _stack(name: str, spec: dict[str, Any], here: tuple[str, ...], base: Path, p
                                          f"3.12.0, got {spec['compiler']!r}")
     names = [_canon(m["name"]) for r in spec.get("requirements", [])
              if (m := _REQUIREMENT.fullmatch(r.strip()))]
-    isolated = any(spec.get(k) for k in ("requirements", "rocm_requirements", "compiler"))
-    if isolated and not any(n in ("iree-base-runtime", "iree-runtime") for n in names):
+    iree_side = any(spec.get(k) for k in ("requirements", "compiler"))  # (a venv of ROCm
+    #   wheels alone is a stack for `--engine exec`, whose command brings its own IREE)
+    if iree_side and not any(n in ("iree-base-runtime", "iree-runtime") for n in names):
         raise fail(here + ("requirements",), f"stack {name!r}: requirements name no "
                                              "iree-base-runtime==VERSION (a stack with its own "
                                              "venv needs its runtime)")

@@ -114,6 +114,8 @@ class BisectResult:
     ran: int = 0  # trials run by this command (the rest were on disk)
     prior: Prior = PRIOR
     header: list[tuple[str, str]] = field(default_factory=list)  # what was tested (header.py)
+    identical: list[str] = field(default_factory=list)  # "A = B: tested once" (identical.py)
+    changed: list[str] = field(default_factory=list)  # last good -> first bad (changed.py)
 
     @property
     def trials(self) -> int:
@@ -131,6 +133,7 @@ class BisectResult:
                 "prior": self.prior.as_dict(),
                 "top": [{"stack": s, "posterior": round(p, 4)} for s, p in self.top],
                 "stacks": [r.as_dict() for r in self.rows],
+                "identical": self.identical, "what_changed": self.changed,
                 "header": header.as_dict(self.header)}
 
 
@@ -293,6 +296,9 @@ def render(r: BisectResult) -> str:
         mark = " <- first bad" if row.name == r.first_bad else ""
         lines.append(f"  {row.name:<32} {frac:>9}  {row.p_first_bad:>12.1%}  "
                      f"{row.p_bad:>7.1%}  {row.note[:80]}{mark}")
+    lines += [f"  identical: {x}" for x in r.identical]
+    if r.changed:
+        lines += ["", *r.changed]
     return "\n".join(lines)
 
 
@@ -325,14 +331,17 @@ def related_caches(out: Path, family: str, plan: str,
 
 def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path | None,
                log: Callable[[str], None], confidence: float = CONFIDENCE,
-               max_trials: int = MAX_TRIALS, least_rise: float | None = None) -> BisectResult:
+               max_trials: int = MAX_TRIALS, least_rise: float | None = None,
+               past: Sequence[Trial] = ()) -> BisectResult:
     """The stacks from `good` to `bad` in file order. Trials are cached in the output folder
     (default: results/bisect-PLAN, the same for the same command): rerunning the command
     after an interruption resumes; the trials do not depend on `least_rise` (the prior's
-    least rise, the model's RISE by default), so a rerun with another one reuses them."""
+    least rise, the model's RISE by default), so a rerun with another one reuses them.
+    `past`: runs already on disk as trials of the file's stacks (history.trials_for)."""
     from stress.errors import UsageError
     from stress.fs import atomic_write
     from stress.runtimes import spec
+    from stress.verdicts.changed import what_changed
     from stress.verdicts.compare import (
         SoakTrials,
         base_plan_key,
@@ -341,6 +350,8 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
         prepare,
         verdict_header,
     )
+    from stress.verdicts.identical import apply as apply_identical
+    from stress.verdicts.identical import as_group_trials
     from stress.verdicts.trials import Cached, TrialCache
 
     if not 0.0 < confidence < 1.0:
@@ -362,18 +373,24 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
     out = out_dir or Path("results") / f"bisect-{plan}"
     built, keys = prepare(stacks_file, names, base, log)
     with in_use(built):
+        prints, parts = same_stacks(built, names, log)
+        if len(parts) < 2:
+            return one_build(names, parts[0], confidence, prior)
+        every, names = names, [g[0] for g in parts]
         own = TrialCache(out, plan, keys, family)
         soak = SoakTrials(base, built, out, log)
         cached = Cached(soak, own)
-        known = stored_trials([own], names)
+        known = as_group_trials(stored_trials([own], every), parts)
         log(f"bisect {len(names)} stacks {good} .. {bad}: seed {seed}, stop at "
             f"{fmt_level(confidence)}, at most {max_trials} trials, a stack bad from a rise of "
             f"{100 * prior.rise:g} points on; "
             f"trials in {out} (rerun the same command to resume); {len(known)} trial(s) of "
             f"this bisection already on disk")
+        known += as_group_trials([t for t in past if t.stack in every], parts)
         seen = {(t.stack, t.seed) for t in known}
         for cache in related_caches(out, family, plan, keys):
-            more = [t for t in stored_trials([cache], names) if (t.stack, t.seed) not in seen]
+            more = [t for t in as_group_trials(stored_trials([cache], every), parts)
+                    if (t.stack, t.seed) not in seen]
             if more:
                 log(f"  + {len(more)} trial(s) of the same plan from {cache.root} (seeds "
                     f"{min(t.seed for t in more)}..{max(t.seed for t in more)})")
@@ -381,9 +398,41 @@ def run_bisect(base: Any, stacks_file: Path, good: str, bad: str, out_dir: Path 
                 seen |= {(t.stack, t.seed) for t in more}
         result = bisect(cached, names, seed, confidence, max_trials, log, known, prior,
                         soak.check)
+        apply_identical(result, parts)
+        if result.first_bad:
+            g, b = result.last_good, result.first_bad
+            result.changed = what_changed(g, built[g], prints[g], b, built[b], prints[b])
         trials = stored_trials([own], names) + known
         result.header = verdict_header(
             [(n, [t for t in trials if t.stack == n]) for n in names], base, seed,
             f"{seed} (trial i of a stack: {seed} + i; trials from other folders keep theirs)")
         atomic_write(out / "bisect.json", json.dumps(result.as_dict(), indent=1).encode())
     return result
+
+
+def same_stacks(built: dict[str, Any], names: Sequence[str],
+                log: Callable[[str], None]) -> tuple[dict[str, Any], list[list[str]]]:
+    """Each stack's fingerprint, and the list in groups of consecutive identical stacks
+    (identical.py): each group is bisected as one stack, and the log says so."""
+    from stress.runtimes import fingerprint
+    from stress.verdicts.identical import describe, groups, merged
+
+    prints = {n: fingerprint.of(built[n]) for n in names}
+    parts = groups(names, {n: p.digest if p.rocm_side else "" for n, p in prints.items()})
+    for g in merged(parts):
+        log(f"identical stacks (the same libraries and code objects, "
+            f"{len(prints[g[0]].files)} files): {describe(g)}")
+    return prints, parts
+
+
+def one_build(names: Sequence[str], group: Sequence[str], asked: float,
+              prior: Prior) -> BisectResult:
+    """--good and --bad are the same build: no stack of the list can be the change."""
+    from stress.verdicts.identical import describe
+
+    return BisectResult(Outcome.INCONCLUSIVE, Stop.BAD_END_GOOD,
+                        f"the good end {names[0]} and the bad end {names[-1]} are the same "
+                        f"build (the same libraries and code objects): no stack between them "
+                        f"can be the change; is the difference elsewhere (the machine, the "
+                        f"command)?", asked=asked, rows=[Row(n) for n in names], prior=prior,
+                        identical=[describe(group)])

@@ -335,6 +335,7 @@ class SoakTrials:
         return self.checked[stack]
 
     def run(self, stack: str, index: int, seed: int) -> Trial:
+        from stress.runtimes.fingerprint import content_facts
         from stress.runtimes.provision import check_facts, command_env
         from stress.soak.run import run_soak
         from stress.verdicts.setup import setup_problem
@@ -366,7 +367,8 @@ class SoakTrials:
             "iree_revisions": manifest.get("iree_revisions"),
             "iree_runtime_path": manifest.get("iree_runtime_path"),
             "loaded_gpu_libraries": manifest.get("loaded_gpu_libraries"),
-            "worker_python": manifest.get("worker_python")}, indent=1).encode())
+            "worker_python": manifest.get("worker_python"),
+            **content_facts(built, manifest)}, indent=1).encode())
         problems = check_facts(built, manifest)
         setup = setup_problem(engine, summary, stack, built.stack.runtime_version)
         harness = ""

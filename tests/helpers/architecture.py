@@ -23,7 +23,8 @@ MAX_LINES: int = 500  # shared/STYLE.md: aim for modules under ~500 lines
 STAGES: dict[str, int] = {
     "vocab": 0, "fs": 0, "keys": 0, "errors": 0, "stacktext": 0, "ui": 0, "stress": 0,
     "programs": 1, "engine": 2, "store": 3, "analysis": 4, "runtimes": 4, "soak": 5,
-    "verdicts": 6, "housekeeping": 7, "versions": 7, "options": 7, "cli": 8, "__main__": 9}
+    "verdicts": 6, "housekeeping": 7, "versions": 7, "options": 7, "cli": 8, "cli_stacks": 8,
+    "cli_housekeeping": 8, "__main__": 9}
 
 
 def modules(package: Path = PACKAGE) -> dict[str, Path]:

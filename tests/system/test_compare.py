@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -87,6 +88,12 @@ def test_compare_and_bisect_say_what_was_tested_first_in_text_and_json(tmp_path:
         assert answer.startswith("VERDICT" if cmd[0] == "compare" else "BISECT"), text.stdout
         js = iree_stress(*args, "--json")  # (its trials are on disk now: reused)
         assert json.loads(js.stdout)["header"] == {**head, "rerun": head["rerun"] + " --json"}
+    # issue 38: each trial's stack.json holds the sha256 of the IREE runtime library its
+    #   workers mapped (their /proc/self/maps), and the stack's fingerprint
+    facts = json.loads((tmp_path / "compare" / "one" / "trial-0000" / "stack.json").read_text())
+    (lib,) = [p for p in facts["library_hashes"] if "/iree/_runtime_libs/" in p]
+    assert facts["library_hashes"][lib] == hashlib.sha256(Path(lib).read_bytes()).hexdigest()
+    assert facts["fingerprint"]["digest"] and facts["fingerprint"]["roots"] == []
 
 
 @pytest.mark.slow

@@ -1,0 +1,137 @@
+"""History without new trials (issue 38): nightly gate runs already on disk, grouped by the
+stack each ran on and ordered by build date, give bisect's change-point posterior; a rise is
+named without a trial, and `bisect --history` counts the runs and adds trials only where it is
+still unsure."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from stress.cli import cli
+from stress.verdicts.history import By, read_runs, stack_of
+from stress.verdicts.trials import Trial
+from tests.helpers.nightly_index import Nightly, write_index
+
+NIGHTLIES = [f"7.11.0a202511{d}" for d in (24, 25, 26, 27, 28)] + \
+    ["10.0.0a20251201", "10.0.0a20251202", "10.0.0a20251203"]
+ROSE_AT = 4  # 7.11.0a20251128: the rate rises from 0 to 3 runs in 8
+
+
+def gate_run(folder: Path, failed: bool, manifest: dict[str, Any] | None = None,
+             status: str = "completed") -> None:
+    """A gate's run folder as CI keeps it: its summary.json (the keys history reads)."""
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({
+        "status": status, "jobs": 40, "failed": 3 if failed else 0,
+        "failures": {"crash": 3} if failed else {}, "harness_errors": 0,
+        "manifest": manifest or {"iree_runtime": "3.10.0", "hip_library": None}}))
+
+
+def nightly_gates(root: Path, runs: int, rose_at: int = ROSE_AT) -> None:
+    """`runs` gate runs a nightly under root/NIGHTLY/shard-K (the version in the path only),
+    3 of 8 failing from `rose_at` on, none before; listed by name (10.0 before 7.11)."""
+    for v in sorted(NIGHTLIES):
+        at = NIGHTLIES.index(v)
+        for k in range(runs):
+            gate_run(root / v / f"shard-{k}", at >= rose_at and k % 8 in (1, 4, 6))
+
+
+def test_a_rise_in_nightly_gate_runs_on_disk_is_named_without_a_new_trial(
+        tmp_path: Path) -> None:
+    nightly_gates(tmp_path / "gates", runs=16)
+    res = CliRunner().invoke(cli, ["history", str(tmp_path / "gates")])
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert out.startswith(f"HISTORY  found: first bad stack: {NIGHTLIES[ROSE_AT]} (last good: "
+                          f"{NIGHTLIES[ROSE_AT - 1]}); posterior 9")
+    assert "from 128 trials (0 run now, 128 from disk)" in out
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith("  7.") or
+            line.startswith("  10.")]
+    assert rows == NIGHTLIES  # by build date, not by name
+    js = json.loads(CliRunner().invoke(cli, ["history", str(tmp_path / "gates"),
+                                             "--json"]).stdout)
+    assert js["first_bad"] == NIGHTLIES[ROSE_AT] and js["ran"] == 0 and len(js["runs"]) == 128
+
+
+def test_too_few_runs_say_unsure_and_where_a_trial_would_tell_most(tmp_path: Path) -> None:
+    nightly_gates(tmp_path / "gates", runs=2)
+    res = CliRunner().invoke(cli, ["history", str(tmp_path / "gates")])
+    assert res.exit_code == 3, res.output
+    assert "HISTORY  inconclusive: not sure from the 16 runs on disk (no stack at 97.5%)" \
+        in res.stdout
+    assert f"still unsure: `iree-stress bisect --stacks F --good {NIGHTLIES[0]} --bad " \
+           f"{NIGHTLIES[-1]} --history RUN...` adds trials only where it is" in res.stdout
+
+
+class FailsFromRise:
+    """Stands in for compare.SoakTrials: fails 3 trials in 8 from ROSE_AT on (by seed)."""
+
+    runs: list[str] = []
+
+    def __init__(self, base: Any, built: Any, out: Path, log: Any = None):
+        pass
+
+    def run(self, stack: str, index: int, seed: int) -> Trial:
+        FailsFromRise.runs.append(stack)
+        bad = NIGHTLIES.index(stack) >= ROSE_AT
+        return Trial(stack, index, seed, bad and random.Random(seed).random() < 0.4)
+
+
+def test_bisect_history_counts_the_runs_on_disk_and_adds_trials_only_where_unsure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stress.verdicts.compare as compare_mod
+
+    monkeypatch.setattr(compare_mod, "SoakTrials", FailsFromRise)
+    write_index(tmp_path / "index", [Nightly(v) for v in NIGHTLIES])
+    stacks = tmp_path / "stacks.toml"
+    common = ["--cache-dir", str(tmp_path / "cache")]
+    assert CliRunner().invoke(cli, ["stacks", "--index", str(tmp_path / "index" / "bucket"),
+                                    "--from", NIGHTLIES[0], "--to", NIGHTLIES[-1], "-o",
+                                    str(stacks), "-q", *common]).exit_code == 0
+    nightly_gates(tmp_path / "gates", runs=8)
+    alone = CliRunner().invoke(cli, ["history", str(tmp_path / "gates")])
+    assert alone.exit_code == 3, alone.output  # not enough on their own
+    FailsFromRise.runs = []
+    res = CliRunner().invoke(cli, [
+        "bisect", "--stacks", str(stacks), "--good", NIGHTLIES[0], "--bad", NIGHTLIES[-1],
+        "-n", "3", "-t", "cpu", "--seed", "11", *common, "--json", "--results",
+        str(tmp_path / "bis"), "--history", str(tmp_path / "gates")])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["first_bad"] == NIGHTLIES[ROSE_AT] and out["confidence"] >= 0.975
+    assert out["from_disk"] == 64 and out["ran"] == len(FailsFromRise.runs) >= 1
+    # where it was unsure: the two stacks around the rise, nowhere else
+    assert set(FailsFromRise.runs) <= set(NIGHTLIES[ROSE_AT - 1:ROSE_AT + 1])
+
+
+def test_a_runs_stack_is_read_from_its_libraries_its_tree_or_its_folder(
+        tmp_path: Path) -> None:
+    tree = tmp_path / "opt" / "rocm"
+    (tree / "lib").mkdir(parents=True)
+    (tree / ".info").mkdir()
+    (tree / ".info" / "version").write_text("7.11.0a20251126\n")
+    cases = [
+        ({"hip_library": "/opt/rocm-7.11.0a20251124/lib/libamdhip64.so.7"}, "7.11.0a20251124"),
+        ({"loaded_gpu_libraries": [str(tree / "lib" / "libamdhip64.so.7")]}, "7.11.0a20251126"),
+        ({}, "10.0.0a20251201+bkc.20251204"),
+    ]
+    for i, (manifest, want) in enumerate(cases):
+        folder = tmp_path / "gates" / "10.0.0a20251201+bkc.20251204" / f"run-{i}"
+        assert stack_of(folder, {"manifest": manifest}, By.ROCM) == want
+    assert stack_of(tmp_path, {"manifest": {"iree_runtime": "3.12.0"}}, By.RUNTIME) == "3.12.0"
+
+
+def test_runs_that_are_not_results_are_left_out_with_the_reason(tmp_path: Path) -> None:
+    gate_run(tmp_path / "7.11.0a20251124" / "ok", False)
+    gate_run(tmp_path / "7.11.0a20251125" / "broken", False, status="interrupted")
+    gate_run(tmp_path / "somewhere" / "unnamed", True)
+    runs, skipped = read_runs([tmp_path])
+    assert [r.stack for r in runs] == ["7.11.0a20251124"]
+    assert any("interrupted without a failure (not a result)" in s for s in skipped)
+    assert any("no stack version found" in s for s in skipped)

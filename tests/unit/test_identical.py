@@ -1,0 +1,159 @@
+"""Identical stacks are one stack, and what changed (issue 38): consecutive nightlies with the
+same libraries are bisected as one ("A = B: tested once"), the last good stack is the nearest
+build to the change, and the answer prints what differs between the last good and the first
+bad stack (packages, libraries, component commit ranges from TheRock's manifest)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from stress.cli import cli
+from stress.verdicts import changed
+from stress.verdicts.identical import groups
+from stress.verdicts.trials import Trial
+from tests.helpers.nightly_index import Nightly, write_index
+
+DAYS = [f"7.11.0a202511{d}" for d in (20, 21, 22, 23, 24, 25)] + \
+    ["10.0.0a20251201", "10.0.0a20251202"]
+FIRST_BAD = 6  # 10.0.0a20251201: across the version-prefix jump
+SAME = (4, 5)  # 7.11.0a20251124 = 7.11.0a20251125, right before the first bad one
+
+
+def pins(i: int) -> dict[str, str]:
+    """Component commits of nightly i: rocm-systems moves at the first bad one; the
+    identical pair shares every pin."""
+    j = SAME[0] if i in SAME else i
+    return {"TheRock": hashlib.sha1(f"rock{j}".encode()).hexdigest(),
+            "rocm-systems": hashlib.sha1(f"sys{j >= FIRST_BAD}".encode()).hexdigest(),
+            "rocm-libraries": hashlib.sha1(b"libs").hexdigest()}
+
+
+def nightlies() -> list[Nightly]:
+    return [Nightly(v, library=f"hip build {SAME[0] if i in SAME else i}".encode(),
+                    pins=pins(i), files={"lib/libhsa-runtime64.so.1": b"hsa, never changed"})
+            for i, v in enumerate(DAYS)]
+
+
+class FlakyFromFirstBad:
+    """Stands in for compare.SoakTrials: a trial fails half the time from FIRST_BAD on (by
+    its seed), never before; records every stack it ran."""
+
+    runs: list[str] = []
+
+    def __init__(self, base: Any, built: Any, out: Path, log: Any = None):
+        pass
+
+    def run(self, stack: str, index: int, seed: int) -> Trial:
+        FlakyFromFirstBad.runs.append(stack)
+        bad = DAYS.index(stack) >= FIRST_BAD
+        return Trial(stack, index, seed, bad and random.Random(seed).random() < 0.5)
+
+
+@pytest.fixture
+def stacks_file(tmp_path: Path) -> Path:
+    write_index(tmp_path / "index", nightlies())
+    out = tmp_path / "stacks.toml"
+    res = CliRunner().invoke(cli, ["stacks", "--index", str(tmp_path / "index" / "bucket"),
+                                   "--from", DAYS[0], "--to", DAYS[-1], "-o", str(out), "-q",
+                                   "--cache-dir", str(tmp_path / "cache")])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_identical_nightlies_are_tested_once_and_what_changed_is_printed(
+        stacks_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stress.verdicts.compare as compare_mod
+
+    monkeypatch.setattr(compare_mod, "SoakTrials", FlakyFromFirstBad)
+    FlakyFromFirstBad.runs = []
+    res = CliRunner().invoke(cli, [
+        "bisect", "--stacks", str(stacks_file), "--good", DAYS[0], "--bad", DAYS[-1], "-n",
+        "3", "-t", "cpu", "--results", str(tmp_path / "bis"), "--cache-dir",
+        str(tmp_path / "cache"), "--seed", "3"])
+    assert res.exit_code == 0, res.output
+    a, b = DAYS[SAME[0]], DAYS[SAME[1]]
+    assert f"identical stacks (the same libraries and code objects, 2 files): {a} = {b}: " \
+           "tested once" in res.output
+    assert f"  identical: {a} = {b}: tested once" in res.output
+    assert b not in FlakyFromFirstBad.runs and a in FlakyFromFirstBad.runs
+    assert f"first bad stack: {DAYS[FIRST_BAD]} (last good: {b})" in res.output
+    text = res.output[res.output.index("WHAT CHANGED"):]
+    assert text.splitlines()[0] == f"WHAT CHANGED  {b} (last good) -> {DAYS[FIRST_BAD]} " \
+                                   "(first bad)"
+    old, new = pins(SAME[1])["rocm-systems"], pins(FIRST_BAD)["rocm-systems"]
+    assert f"rocm-systems {old[:8]}..{new[:8]}" in text
+    assert f"https://github.com/ROCm/rocm-systems/compare/{old}...{new}" in text
+    assert "(1 other components at the same commits)" in text  # rocm-libraries
+    hip = [hashlib.sha256(n.library).hexdigest()[:8] for n in nightlies()[SAME[1]:FIRST_BAD + 1]]
+    assert f"libraries: 1 differ, 0 new, 0 gone, 1 the same: lib/libamdhip64.so.7 " \
+           f"{hip[0]} -> {hip[1]}" in text
+    assert f"therock-dist-linux-gfx94X-dcgpu-{DAYS[FIRST_BAD]}.tar.gz (sha256" in text
+
+
+def test_the_same_build_at_both_ends_is_inconclusive_without_a_trial(
+        stacks_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stress.verdicts.compare as compare_mod
+
+    monkeypatch.setattr(compare_mod, "SoakTrials", FlakyFromFirstBad)
+    FlakyFromFirstBad.runs = []
+    res = CliRunner().invoke(cli, [
+        "bisect", "--stacks", str(stacks_file), "--good", DAYS[SAME[0]], "--bad",
+        DAYS[SAME[1]], "-n", "3", "-t", "cpu", "--results", str(tmp_path / "bis"),
+        "--cache-dir", str(tmp_path / "cache")])
+    assert res.exit_code == 3, res.output
+    assert "are the same build" in res.output and not FlakyFromFirstBad.runs
+
+
+def test_only_consecutive_stacks_with_one_digest_merge() -> None:
+    assert groups(list("abcde"), {"a": "x", "b": "x", "c": "y", "d": "x", "e": ""}) == \
+        [["a", "b"], ["c"], ["d"], ["e"]]
+    assert groups(["a", "b"], {"a": "", "b": ""}) == [["a"], ["b"]]  # unknown: never merged
+
+
+def test_component_ranges_read_both_manifest_formats() -> None:
+    old = {"the_rock_commit": "a" * 40, "submodules": [
+        {"submodule_name": "rocm-systems", "submodule_url":
+         "https://github.com/ROCm/rocm-systems.git", "pin_sha": "683a63d9" + "0" * 32}]}
+    new = {"TheRock": {"commit": "b" * 40}, "submodules": [
+        {"path": "rocm-systems", "url": "https://github.com/ROCm/rocm-systems",
+         "commit": "fd61b0f5" + "1" * 32}]}
+    lines = changed.component_lines(old, new)
+    assert lines[0] == ("components (TheRock manifest): TheRock aaaaaaaa..bbbbbbbb; "
+                        "rocm-systems 683a63d9..fd61b0f5")
+    assert f"https://github.com/ROCm/rocm-systems/compare/683a63d9{'0' * 32}..." \
+           f"fd61b0f5{'1' * 32}" in lines[2]
+    assert changed.component_lines(None, new) == [
+        "components: no TheRock manifest in the last good stack"]
+
+
+def test_package_versions_that_differ_are_listed() -> None:
+    assert changed.package_lines(["rocm==7.11.0a20251125", "numpy==2.1.0"],
+                                 ["rocm==7.11.0a20251126", "numpy==2.1.0", "extra==1"]) == [
+        "extra (none) -> 1", "rocm 7.11.0a20251125 -> 7.11.0a20251126"]
+
+
+def test_each_trial_records_the_stacks_content_hashes(stacks_file: Path,
+                                                      tmp_path: Path) -> None:
+    from stress.runtimes import provision, spec
+    from stress.runtimes.fingerprint import content_facts
+
+    st = spec.load(stacks_file)[DAYS[0]]
+    built = provision.build(st, tmp_path / "cache")
+    try:
+        facts = content_facts(built, {"library_hashes": {"/x/libamdhip64.so": "ab"}})
+    finally:
+        built.release()
+    assert facts["library_hashes"] == {"/x/libamdhip64.so": "ab"}
+    fp = facts["fingerprint"]
+    tar = Path(st.rocm)
+    assert fp["sources"] == {tar.name: hashlib.sha256(tar.read_bytes()).hexdigest()}
+    assert fp["libraries"]["lib/libamdhip64.so.7"] == hashlib.sha256(
+        nightlies()[0].library).hexdigest()
+    json.dumps(facts)  # (it goes into stack.json)
