@@ -13,7 +13,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -72,7 +71,9 @@ def program(work: Path, library: bytes) -> Path:
 
 
 def stack_names(path: Path) -> list[str]:
-    return list(tomllib.loads(path.read_text())["stacks"])
+    from stress.runtimes import spec
+
+    return list(spec.load(path))  # in file order
 
 
 def test_bisect_of_a_fusilli_shaped_program_over_an_index_of_nightlies_names_the_one_that_broke_it(
