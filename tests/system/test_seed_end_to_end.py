@@ -9,65 +9,23 @@ PROGRAM` names K, tests the identical pair once and prints what changed."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
-from tests.helpers.native import REPO
-from tests.helpers.nightly_index import Nightly, serve, write_index
+from tests.helpers.nightly_build import (
+    FIRST_BAD,
+    NIGHTLIES,
+    SAME,
+    cc,
+    program,
+    simulated_nightlies,
+)
+from tests.helpers.nightly_index import serve, write_index
 
 pytestmark = pytest.mark.system
-
-BUILDS = ["7.11.0a20251124", "7.11.0a20251125", "7.11.0a20251125+bkc.20251126",
-          "7.11.0a20251126", "10.0.0a20251127", "10.0.0a20251128", "10.0.0a20251201",
-          "10.0.0a20251202", "10.0.0a20251203"]
-NIGHTLIES = [b for b in BUILDS if "bkc" not in b]  # 8 nightlies, in build-date order
-FIRST_BAD = "10.0.0a20251201"  # K
-SAME = ("10.0.0a20251127", "10.0.0a20251128")  # identical builds, just before K
-FAULT_PCT = 40  # processes whose exit segfaults under K and after
-
-
-def build_library(folder: Path, build_id: str, fault_pct: int) -> bytes:
-    """nightlyhip.c as one nightly's libamdhip64.so.7 (its own bytes per build id)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    out = folder / "libamdhip64.so"
-    subprocess.run([shutil.which("cc") or "cc", "-shared", "-fPIC", "-O1",
-                    "-Wl,-soname,libamdhip64.so.7", f"-DEXIT_FAULT_PCT={fault_pct}",
-                    f'-DBUILD_ID="{build_id}"', "-o", str(out),
-                    str(REPO / "tests" / "native" / "nightlyhip.c"), "-lpthread"], check=True)
-    return out.read_bytes()
-
-
-def simulated_nightlies(work: Path) -> list[Nightly]:
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
-    out = []
-    for v in BUILDS:
-        nightly = v.split("+")[0]
-        source = SAME[0] if v in SAME else v  # the identical pair: one build id, one library
-        bad = NIGHTLIES.index(nightly) >= NIGHTLIES.index(FIRST_BAD)
-        pins = {"TheRock": hashlib.sha1(f"rock {source}".encode()).hexdigest(),
-                "rocm-systems": hashlib.sha1(f"systems bad={bad}".encode()).hexdigest(),
-                "rocm-libraries": hashlib.sha1(b"libraries").hexdigest()}
-        lib = build_library(work / "builds" / source, source, FAULT_PCT if bad else 0)
-        out.append(Nightly(v, library=lib, pins=pins))
-    return out
-
-
-def program(work: Path, library: bytes) -> Path:
-    """fusilli_like.c linked against libamdhip64.so.7 with no rpath: the stack gives it one."""
-    (work / "link").mkdir(parents=True, exist_ok=True)
-    (work / "link" / "libamdhip64.so").write_bytes(library)
-    out = work / "fusilli_like"
-    subprocess.run([shutil.which("cc") or "cc", "-O1", "-o", str(out),
-                    str(REPO / "tests" / "native" / "fusilli_like.c"), "-L",
-                    str(work / "link"), "-lamdhip64"], check=True)
-    return out
 
 
 def stack_names(path: Path) -> list[str]:
@@ -78,6 +36,8 @@ def stack_names(path: Path) -> list[str]:
 
 def test_bisect_of_a_fusilli_shaped_program_over_an_index_of_nightlies_names_the_one_that_broke_it(
         tmp_path: Path) -> None:
+    if cc() is None:
+        pytest.skip("no C compiler")
     nightlies = simulated_nightlies(tmp_path)
     write_index(tmp_path / "index", nightlies)
     exe = program(tmp_path, nightlies[0].library)
