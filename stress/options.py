@@ -342,7 +342,7 @@ def bisect_options(f: F) -> F:
                           "reaches it. The default prints within 3 points of the share "
                           "right in every simulated setting; 0.95 takes about an eighth "
                           "fewer trials, but a clear fault's answer is then right more often "
-                          "than printed and a faint one less (docs/stacks.md, 'Other "
+                          "than printed and a faint one less (docs/bisect-model.md, 'Other "
                           "stopping rules')."),
         click.option("--max-trials", type=click.IntRange(1), default=300, show_default=True,
                      help="Trials in all (those on disk included); then inconclusive, with "
@@ -352,7 +352,7 @@ def bisect_options(f: F) -> F:
                      help="The smallest rise of a trial's chance to fail, in points over the "
                           "good stacks' (0.2: from 2% to 22%), that makes a stack bad. Larger "
                           "takes fewer trials, but a smaller rise may then be answered wrong "
-                          "at full confidence (docs/stacks.md, 'What counts as a rise')."),
+                          "at full confidence (docs/bisect-model.md, 'What counts as a rise')."),
         click.option("--p-good", type=float, hidden=True,  # the SPRT's, before issue 27
                      help="Ignored (said so): bisect learns the good side's failure rate."),
         click.option("--p-bad", type=float, hidden=True,

@@ -47,7 +47,7 @@ CONFIDENCE: float = 0.975  # stop when the top stack's posterior reaches it (--c
 #   and a faint one over 64 stacks is right 93.2%; at 97.5% every simulated setting prints
 #   within 3 points of its share right and is right >= 96.4%, for 7-21% more trials (13-16%
 #   at 2% -> 50%) and more runs inconclusive where the fault is faint (2% -> 15% over 64
-#   stacks: 41.8% against 34.1%). bench/results/bisect_frontier.txt, -64.txt, docs/stacks.md
+#   stacks: 41.8% against 34.1%). bench/results/bisect_frontier.txt, -64.txt, docs/bisect-model.md
 MAX_TRIALS: int = 300  # the whole bisection's trials, those on disk included: 300 one-minute
 #   soaks are a long night; at 5% vs 40% over 20 stacks 1 bisection in 10 needs more than 183
 #   and 2.8% spend all 300 (bench/results/bisect_simulation.txt: 90th percentiles, stops)
