@@ -46,7 +46,8 @@ def cli(args: list[str], subs: dict[str, str], cwd: Path, quiet_trials: bool = T
 
     print(clean(f"$ iree-stress {' '.join(args)}"))
     err = clean(out.stderr).splitlines()
-    kept = [x for x in err if not (quiet_trials and x.startswith(TRIAL_LINE))]
+    kept = [x for x in err if not (quiet_trials and x.startswith(TRIAL_LINE)
+                                   and not x.startswith("  + "))]  # (trials counted from disk)
     print("\n".join(kept))
     print(clean(out.stdout))
     left = len(err) - len(kept)
