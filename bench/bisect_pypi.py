@@ -62,6 +62,36 @@ def run(argv: list[str], what: str, tmp: str) -> None:
     print(err.replace(tmp, "$TMP"), proc.stdout.replace(tmp, "$TMP"), sep="\n", flush=True)
 
 
+def fault_stacks(tmp: str, first_bad: str, p: float) -> tuple[Path, str]:
+    """libfault.c built into `tmp` and the stacks file written there: (its path, its text)."""
+    lib = Path(tmp) / "libfault.so.1"
+    subprocess.run([shutil.which("cc") or "cc", "-shared", "-fPIC", "-O1", "-g", "-o",
+                    str(lib), str(ROOT / "tests" / "native" / "libfault.c"), "-ldl",
+                    "-lpthread"], check=True)
+    f = Path(tmp) / "stacks.toml"
+    text = stacks_toml(lib, first_bad, p)
+    f.write_text(text)
+    print(f"stacks file:\n{text}".replace(tmp, "$TMP"))
+    return f, text
+
+
+def compare_then_bisect(plan: list[str], command: list[str], pairs: int, out: Path,
+                        first_bad: str, tmp: str) -> None:
+    """A compare of the two ends (`pairs` a stack; 0: none), then the bisect in a folder beside
+    it, then the same bisect again (it must run no trial)."""
+    if pairs:
+        run(["compare", "iree-3.11", "iree-3.13", *plan, "--trials", str(pairs), "--seed",
+             "101", "--results", str(Path(tmp) / "compare"), *command],
+            "compare of the two ends", tmp)
+    argv = ["bisect", "--good", "iree-3.11", "--bad", "iree-3.13", *plan, "--seed", "1",
+            "--results", str(out), *command]
+    for attempt in ("bisect", "the same bisect again (resume)"):
+        run(argv, attempt, tmp)
+        summary = json.loads((out / "bisect.json").read_text())
+        print(f"named the right stack: {'yes' if summary['first_bad'] == first_bad else 'NO'}; "
+              f"{summary['trials']} trials, {summary['ran']} run by this command\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--first-bad", default="iree-3.12")
@@ -72,30 +102,11 @@ def main() -> None:
     args = ap.parse_args()
     header()
     with tempfile.TemporaryDirectory(prefix="bisect-pypi-") as tmp:
-        lib = Path(tmp) / "libfault.so.1"
-        subprocess.run([shutil.which("cc") or "cc", "-shared", "-fPIC", "-O1", "-g", "-o",
-                        str(lib), str(ROOT / "tests" / "native" / "libfault.c"), "-ldl",
-                        "-lpthread"], check=True)
-        f = Path(tmp) / "stacks.toml"
-        text = stacks_toml(lib, args.first_bad, args.p)
-        f.write_text(text)
-        out = Path(tmp) / "bisect"
+        f, _ = fault_stacks(tmp, args.first_bad, args.p)
         plan = ["--stacks", str(f), "-t", "cpu", "-w", "1", "--threads", "1", "-P", "per-call",
                 "-p", "unary.exp.f32*", "-n", str(args.invocations)]
-        argv = ["bisect", "--good", "iree-3.11", "--bad", "iree-3.13", *plan, "--seed", "1",
-                "--results", str(out)]
-        print(f"stacks file:\n{text}".replace(tmp, "$TMP"))
-        if args.compare_pairs:
-            cmp = ["compare", "iree-3.11", "iree-3.13", *plan, "--trials",
-                   str(args.compare_pairs), "--seed", "101", "--results",
-                   str(Path(tmp) / "compare")]
-            run(cmp, "compare of the two ends", tmp)
-        for attempt in ("bisect", "the same bisect again (resume)"):
-            run(argv, attempt, tmp)
-            summary = json.loads((out / "bisect.json").read_text())
-            print(f"named the right stack: "
-                  f"{'yes' if summary['first_bad'] == args.first_bad else 'NO'}; "
-                  f"{summary['trials']} trials, {summary['ran']} run by this command\n")
+        compare_then_bisect(plan, [], args.compare_pairs, Path(tmp) / "bisect", args.first_bad,
+                            tmp)
         print("per-trial manifests (stack.json) of the compare's and the bisect's trials: the "
               "runtime each stack's workers reported")
         seen: dict[str, set[str]] = {}

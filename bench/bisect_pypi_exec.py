@@ -17,17 +17,14 @@ it imported to a file: which runtime ran under which stack.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import ROOT, header  # noqa: E402
-from bisect_pypi import run, stacks_toml  # noqa: E402
+from _common import header  # noqa: E402
+from bisect_pypi import compare_then_bisect, fault_stacks  # noqa: E402
 
 USER_TEST = '''"""A user's test: compile (once per interpreter: a cache, as fusilli keeps one), run
 on local-task, check, say done, exit."""
@@ -76,35 +73,16 @@ def main() -> None:
     args = ap.parse_args()
     header()
     with tempfile.TemporaryDirectory(prefix="bisect-pypi-exec-") as tmp:
-        lib = Path(tmp) / "libfault.so.1"
-        subprocess.run([shutil.which("cc") or "cc", "-shared", "-fPIC", "-O1", "-g", "-o",
-                        str(lib), str(ROOT / "tests" / "native" / "libfault.c"), "-ldl",
-                        "-lpthread"], check=True)
-        f = Path(tmp) / "stacks.toml"
-        text = stacks_toml(lib, args.first_bad, args.p)
-        f.write_text(text)
+        f, _ = fault_stacks(tmp, args.first_bad, args.p)
         test = Path(tmp) / "user_test.py"
         test.write_text(USER_TEST)
         seen = Path(tmp) / "seen.txt"
-        out = Path(tmp) / "bisect"
         plan = ["--stacks", str(f), "--engine", "exec", "-n", str(args.jobs), "--workers", "1",
                 "--done-regex", "^done$", "--timeout", "120s", "--teardown-timeout", "30s",
                 "--env", f"SEEN_FILE={seen}"]
-        command = ["--", "python", str(test)]
-        print(f"stacks file:\n{text}".replace(tmp, "$TMP"))
         print(f"the user's test ($TMP/user_test.py):\n{USER_TEST}")
-        if args.compare_pairs:
-            run(["compare", "iree-3.11", "iree-3.13", *plan, "--trials",
-                 str(args.compare_pairs), "--seed", "101", "--results",
-                 str(Path(tmp) / "compare"), *command], "compare of the two ends", tmp)
-        argv = ["bisect", "--good", "iree-3.11", "--bad", "iree-3.13", *plan, "--seed", "1",
-                "--results", str(out), *command]
-        for attempt in ("bisect", "the same bisect again (resume)"):
-            run(argv, attempt, tmp)
-            summary = json.loads((out / "bisect.json").read_text())
-            print(f"named the right stack: "
-                  f"{'yes' if summary['first_bad'] == args.first_bad else 'NO'}; "
-                  f"{summary['trials']} trials, {summary['ran']} run by this command\n")
+        compare_then_bisect(plan, ["--", "python", str(test)], args.compare_pairs,
+                            Path(tmp) / "bisect", args.first_bad, tmp)
         print("the runtime each job of the test imported (sys.prefix, iree.runtime, version), "
               "and how many jobs:")
         lines = seen.read_text().splitlines() if seen.exists() else []

@@ -32,6 +32,7 @@ def command(flaky: Path) -> list[str]:
     return ["sh", "-c", f'exec "$0" "$1" "${_CRASH_ENV}" 0', str(flaky), "{seed}"]
 
 
+@pytest.mark.slow  # ~25-40 s here; the end-to-end test runs bisect --engine exec by default
 def test_bisect_of_the_user_s_command_names_the_stack_whose_environment_makes_it_crash(
         tmp_path: Path, flaky: Path) -> None:
     stacks = nightlies(tmp_path / "s.toml", [0, 0, 0, 90, 90])
