@@ -55,3 +55,19 @@ def test_bisect_of_the_user_s_command_names_the_stack_whose_environment_makes_it
     again = run_cli("bisect", "--good", "n1", "--bad", "n5", *plan, "--seed", "1", "--results",
                     str(out), "-q", "--", *command(flaky), timeout=300, cwd=tmp_path)
     assert again.rc == 0 and json.loads((out / "bisect.json").read_text())["ran"] == 0
+
+
+@pytest.mark.slow  # ~1-2 min here: native trials run iree-run-module processes
+def test_bisect_with_the_native_engine_names_the_stack_whose_library_crashes_iree_tools(
+        tmp_path: Path, fault_lib: Path) -> None:
+    fault = (f'env = {{ LD_PRELOAD = "{fault_lib}", IREE_FAULT_JOIN = "segv", '
+             f'IREE_FAULT_JOIN_PROB = "0.5" }}\n')
+    stacks = tmp_path / "s.toml"
+    stacks.write_text(f"[stacks.n1]\n\n[stacks.n2]\n{fault}\n[stacks.n3]\n{fault}")
+    res = run_cli("bisect", "--good", "n1", "--bad", "n3", "--stacks", str(stacks), "--engine",
+                  "native", "-t", "cpu", "-n", "3", "-p", "unary.exp.f32*", "--seed", "1",
+                  "--results", str(tmp_path / "bis"), "-q", timeout=900)
+    assert res.rc == 0, res.stdout + res.stderr[-3000:]
+    assert res.stdout.partition("\n\n")[2].startswith(
+        "BISECT  found: first bad stack: n2 (last good: n1)"), res.stdout
+    assert "native engine" in res.stdout.partition("\n\n")[0]
