@@ -114,7 +114,7 @@ def of(built: Any) -> Fingerprint:
         files.update({prefix + k: v for k, v in tree_hashes(root).items()})
     iree = tuple(sorted(x for x in built.freeze if x.strip() and not _ROCM_PACKAGE.match(x)))
     blob = json.dumps({"files": files, "iree": iree, "env": sorted(built.stack.env),
-                       "rocm_side": bool(roots)}, sort_keys=True)
+                       "python": built.stack.python, "rocm_side": bool(roots)}, sort_keys=True)
     return Fingerprint(hashlib.sha256(blob.encode()).hexdigest(), files,
                        tuple(str(r) for r in roots), iree, sources(built))
 

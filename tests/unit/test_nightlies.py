@@ -221,3 +221,27 @@ def test_clean_cache_all_keeps_the_downloads(tmp_path: Path) -> None:
     kept = [Path(st.rocm) for st in spec.load(written.path).values()]
     list(hk.clean(tmp_path / "results", tmp_path / "cache", None, None, None, True, False))
     assert all(p.is_file() for p in kept)
+
+
+def test_an_s3_listing_without_continuation_tokens_pages_by_marker_and_a_saved_one_lists_beside_it(
+        tmp_path: Path) -> None:
+    def page(keys: list[str], more: bool) -> bytes:
+        items = "".join(f"<Contents><Key>{k}</Key><Size>1</Size></Contents>" for k in keys)
+        return (f"<?xml version='1.0'?><ListBucketResult><IsTruncated>{str(more).lower()}"
+                f"</IsTruncated>{items}</ListBucketResult>").encode()
+
+    names = [Nightly(v).filename for v in NIGHTLIES]
+    asked: list[str] = []
+
+    def get(url: str) -> bytes:
+        asked.append(url)
+        return page(names[4:], False) if "marker=" in url else page(names[:4], True)
+
+    entries = listing.read_listing("https://bucket.invalid/?prefix=therock-dist", get)
+    assert [e.name for e in entries] == names
+    assert asked[1] == f"https://bucket.invalid/?prefix=therock-dist&marker={names[3]}"
+    assert entries[0].url == f"https://bucket.invalid/{names[0]}"
+    saved = tmp_path / "listing.xml"
+    saved.write_bytes(page(names, False))
+    (e0, *_rest) = listing.read_listing(saved.as_uri())
+    assert e0.url == (tmp_path / names[0]).as_uri()
