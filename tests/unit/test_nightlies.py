@@ -174,6 +174,14 @@ def test_wheel_stacks_come_from_a_simple_index_with_the_wheels_kept(tmp_path: Pa
     (links,) = st.find_links
     assert sorted(p.name for p in Path(links).iterdir()) == sorted(
         p.format(v=versions[1]) for p in projects.values())
+    with serve(tmp_path) as base:
+        url = f"{base}/v2/gfx94X-dcgpu/"
+        bare = write_stacks(request(tmp_path, url, versions[0], versions[-1],
+                                    kind=PackageKind.WHEEL, download=False), lambda _line: None)
+        with pytest.raises(Exception, match="--no-download is for wheels"):
+            write_stacks(request(tmp_path, url, versions[0], versions[-1], download=False),
+                         lambda _line: None)
+    assert all(not st.find_links for st in spec.load(bare.path).values())
 
 
 def test_json_embedded_in_a_page_lists_the_tarballs_where_it_says_they_are(
