@@ -6,7 +6,7 @@ libamdhip64 builds on consecutive nightlies): bisect tests them once. Version st
 TheRock manifest, `.info/version`, cmake and pkg-config files) are left out: they differ in
 every build and no process loads them.
 
-The files' hashes are kept beside the tree (`.fingerprint.json`), so a tree is hashed once.
+The files' hashes are kept in the tree (`.fingerprint.json`), so a tree is hashed once.
 """
 
 from __future__ import annotations
