@@ -157,3 +157,35 @@ def test_each_trial_records_the_stacks_content_hashes(stacks_file: Path,
     assert fp["libraries"]["lib/libamdhip64.so.7"] == hashlib.sha256(
         nightlies()[0].library).hexdigest()
     json.dumps(facts)  # (it goes into stack.json)
+
+
+def test_a_wheel_stacks_fingerprint_is_its_rocm_sdk_packages_without_version_stamps(
+        tmp_path: Path) -> None:
+    from stress.runtimes.fingerprint import of, therock_manifest
+    from stress.runtimes.provision import Built
+    from stress.runtimes.spec import Stack
+    from tests.helpers.nightly_index import MANIFEST, manifest_json
+
+    def venv(version: str, hip: bytes) -> Built:
+        site = tmp_path / version / "lib" / "python3.11" / "site-packages"
+        core = site / "_rocm_sdk_core"
+        (core / "lib").mkdir(parents=True)
+        (core / "lib" / "libamdhip64.so.7").write_bytes(hip)
+        (core / MANIFEST).parent.mkdir(parents=True)
+        (core / MANIFEST).write_bytes(manifest_json(version, pins(0)))  # (its version inside)
+        (site / "_rocm_sdk_libraries_gfx94X_dcgpu" / "lib").mkdir(parents=True)
+        (site / "_rocm_sdk_libraries_gfx94X_dcgpu" / "lib" / "librocblas.so.5").write_bytes(b"b")
+        st = Stack(version, rocm_requirements=(f"rocm[libraries]=={version}",))
+        return Built(st, str(tmp_path / version / "bin" / "python"),
+                     freeze=[f"rocm=={version}", f"rocm-sdk-core=={version}", "numpy==2.1.0"],
+                     venv=str(tmp_path / version))
+
+    a, b, c = (of(venv(v, hip)) for v, hip in (("7.11.0a20251125", b"hip"),
+                                                ("7.11.0a20251126", b"hip"),
+                                                ("7.11.0a20251127", b"new hip")))
+    assert sorted(a.files) == ["_rocm_sdk_core/lib/libamdhip64.so.7",
+                               "_rocm_sdk_libraries_gfx94X_dcgpu/lib/librocblas.so.5"]
+    assert a.digest == b.digest != c.digest  # versions differ in the freeze and manifest only
+    assert a.iree_side == ("numpy==2.1.0",)
+    manifest = therock_manifest(a)
+    assert manifest is not None and manifest["rocm_package_version"] == "7.11.0a20251125"
