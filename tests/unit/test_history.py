@@ -135,3 +135,17 @@ def test_runs_that_are_not_results_are_left_out_with_the_reason(tmp_path: Path) 
     assert [r.stack for r in runs] == ["7.11.0a20251124"]
     assert any("interrupted without a failure (not a result)" in s for s in skipped)
     assert any("no stack version found" in s for s in skipped)
+
+
+def test_nightlies_whose_workers_loaded_the_same_hip_bytes_are_one_stack(
+        tmp_path: Path) -> None:
+    for i, v in enumerate(NIGHTLIES):
+        hip = "same" if i in (1, 2) else f"hip {i}"
+        for k in range(16):
+            gate_run(tmp_path / v / f"shard-{k}", i >= ROSE_AT and k % 8 in (1, 4, 6), {
+                "library_hashes": {f"/opt/rocm-{v}/lib/libamdhip64.so.7": hip}})
+    res = CliRunner().invoke(cli, ["history", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert f"identical stacks (their workers loaded the same HIP and HSA bytes): " \
+           f"{NIGHTLIES[1]} = {NIGHTLIES[2]}: tested once" in res.output
+    assert f"  {NIGHTLIES[1]:<32}      0/32" in res.stdout  # both nightlies' runs, one row
