@@ -70,10 +70,14 @@ def test_include_bkc_puts_the_bkc_build_right_after_its_nightly_from_an_html_pag
 
 def test_iree_runtime_pins_the_iree_side_of_every_stack(tmp_path: Path) -> None:
     with serve(index(tmp_path)) as base:
-        written = write_stacks(request(tmp_path, f"{base}/bucket/", iree_runtime="3.10.0"),
-                               lambda _line: None)
+        written = write_stacks(request(tmp_path, f"{base}/bucket/", iree_runtime="3.10.0",
+                                       compiler="3.10.0"), lambda _line: None)
+        with pytest.raises(Exception, match="--compiler needs --iree-runtime"):
+            write_stacks(request(tmp_path, f"{base}/bucket/", compiler="3.10.0"),
+                         lambda _line: None)
     stacks = spec.load(written.path)
     assert {st.runtime_version for st in stacks.values()} == {"3.10.0"}
+    assert {st.compiler for st in stacks.values()} == {"3.10.0"}
     assert all("numpy" in st.requirements for st in stacks.values())
 
 
