@@ -68,6 +68,9 @@ class StandIn:
     def __init__(self, base: Any, built: Any, out: Path, log: Any = None):
         pass
 
+    def check(self, stack: str) -> str:
+        return ""  # (compare.SoakTrials.check: can the stack run at all? every one can)
+
     def run(self, stack: str, index: int, seed: int) -> Any:
         from stress.verdicts.trials import Trial
 
