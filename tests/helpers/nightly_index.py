@@ -9,6 +9,7 @@ continuation tokens) and as an HTML page of links, served over HTTP on 127.0.0.1
 
 from __future__ import annotations
 
+import gzip
 import html
 import io
 import json
@@ -59,12 +60,12 @@ def tarball(n: Nightly) -> bytes:
              MANIFEST: manifest_json(n.version, n.pins),
              ".info/version": n.version.encode(), **n.files}
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+    with tarfile.open(fileobj=buf, mode="w") as tf:
         for name, data in sorted(files.items()):
             info = tarfile.TarInfo(name)
             info.size, info.mtime = len(data), 0
             tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return gzip.compress(buf.getvalue(), mtime=0)  # the same bytes every time
 
 
 def write_index(folder: Path, nightlies: Sequence[Nightly]) -> None:
