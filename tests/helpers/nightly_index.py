@@ -13,6 +13,7 @@ import gzip
 import html
 import io
 import json
+import random
 import tarfile
 import threading
 import urllib.parse
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 FAMILY = "gfx94X-dcgpu"
 PAGE_KEYS = 3  # keys a page of the S3 listing: several pages for any real test
@@ -132,3 +134,28 @@ def serve(folder: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def stand_in_trials(order: Sequence[str], first_bad: str, p: float) -> type[Any]:
+    """A test double of compare.SoakTrials, NOT a soak: a trial of a stack at or after
+    `first_bad` in `order` fails with probability `p` (drawn from its stack and seed), one
+    before it never; `runs` lists every stack it ran, in order."""
+    from stress.verdicts.trials import Trial
+
+    bad = set(order[order.index(first_bad):])
+
+    class StandInTrials:
+        runs: list[str] = []
+
+        def __init__(self, base: Any, built: Any, out: Path, log: Any = None):
+            pass
+
+        def check(self, stack: str) -> str:
+            return ""  # (SoakTrials.check: can the stack run at all? every one can)
+
+        def run(self, stack: str, index: int, seed: int) -> Trial:
+            StandInTrials.runs.append(stack)
+            failed = stack in bad and random.Random(f"{stack} {seed}").random() < p
+            return Trial(stack, index, seed, failed)
+
+    return StandInTrials
