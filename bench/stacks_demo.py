@@ -24,14 +24,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import ROOT, header  # noqa: E402
 
-from tests.helpers.nightly_index import Nightly, serve, write_index  # noqa: E402
+from tests.helpers.nightly_index import Nightly, serve, stand_in_trials, write_index  # noqa: E402
 
 BUILDS = ["7.11.0a20251124", "7.11.0a20251125", "7.11.0a20251125+bkc.20251128",
           "7.11.0a20251126", "7.11.0a20251127", "7.11.0a20251128", "10.0.0a20251201",
@@ -60,23 +59,6 @@ def cli(*args: str) -> str:
     return f"$ iree-stress {' '.join(args)}\n{out.stdout}{out.stderr}[exit {out.returncode}]"
 
 
-class StandIn:
-    """NOT a soak: trial of nightly n fails with probability P from FIRST_BAD on."""
-
-    p, runs = 0.45, 0
-
-    def __init__(self, base: Any, built: Any, out: Path, log: Any = None):
-        pass
-
-    def run(self, stack: str, index: int, seed: int) -> Any:
-        from stress.verdicts.trials import Trial
-
-        StandIn.runs += 1
-        bad = NIGHTLIES.index(stack) >= NIGHTLIES.index(FIRST_BAD)
-        rng = random.Random(f"{stack} {seed}")
-        return Trial(stack, index, seed, bad and rng.random() < StandIn.p)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--p", type=float, default=0.45)
@@ -84,7 +66,6 @@ def main() -> None:
     ap.add_argument("--gate-runs", type=int, default=16)
     args = ap.parse_args()
     header()
-    StandIn.p = args.p
     with tempfile.TemporaryDirectory(prefix="stacks-demo-") as tmp:
         t = Path(tmp)
         write_index(t / "index", nightlies())
@@ -108,7 +89,8 @@ def main() -> None:
         import stress.verdicts.compare as compare_mod
         from stress.cli import cli as group
 
-        compare_mod.SoakTrials = StandIn  # type: ignore[misc,assignment]
+        stand_in = stand_in_trials(NIGHTLIES, FIRST_BAD, args.p)
+        compare_mod.SoakTrials = stand_in  # type: ignore[misc]
         cmd = ["bisect", "--stacks", str(t / "stacks.toml"), "--good", NIGHTLIES[0], "--bad",
                NIGHTLIES[-1], "-t", "cpu", "--seed", str(args.seed), "--results",
                str(t / "bisect"), *cache]
@@ -116,7 +98,7 @@ def main() -> None:
         print(f"$ iree-stress {' '.join(cmd)}".replace(str(t), "$TMP"))
         lines = res.output.replace(str(t), "$TMP").splitlines()
         print("\n".join(x for x in lines if not x.startswith("trial ")))
-        print(f"[exit {res.exit_code}; {StandIn.runs} stand-in trials; "
+        print(f"[exit {res.exit_code}; {len(stand_in.runs)} stand-in trials; "
               f"{sum(x.startswith('trial ') for x in lines)} trial lines left out above]")
         print(f"\n## history over {args.gate_runs} simulated gate runs a nightly "
               f"(summary.json as gate writes it; a run fails with p = {args.p} from "

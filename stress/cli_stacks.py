@@ -36,6 +36,9 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 @click.option("--iree-runtime", metavar="VERSION", default="",
               help="Pin the IREE side of every stack (iree-base-runtime==VERSION); without "
                    "it a stack is its ROCm side alone (enough for --engine exec).")
+@click.option("--compiler", metavar="VERSION", default="",
+              help="With --iree-runtime: compile each stack's artifacts with this "
+                   "iree-base-compiler (an older runtime refuses a newer compiler's modules).")
 @click.option("--include-bkc", is_flag=True, help="Keep +bkc builds (left out by default).")
 @click.option("--include-dev", is_flag=True,
               help="Keep X.Y.Z.dev0+SHA builds (left out by default; ordered by the "
@@ -61,7 +64,7 @@ def stacks(**kw: Any) -> None:
     req = StacksRequest(kw["index"], kw["start"], kw["end"], kw["output"],
                         Path(kw["cache_dir"]), kw["family"], PackageKind(kw["kind"]),
                         kw["iree_runtime"], include, not kw["no_download"],
-                        ("iree-stress", *sys.argv[1:]))
+                        ("iree-stress", *sys.argv[1:]), kw["compiler"])
     status = Status(not kw["quiet"])
     written = write_stacks(req, status.update)
     status.erase()

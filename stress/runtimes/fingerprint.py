@@ -6,7 +6,7 @@ libamdhip64 builds on consecutive nightlies): bisect tests them once. Version st
 TheRock manifest, `.info/version`, cmake and pkg-config files) are left out: they differ in
 every build and no process loads them.
 
-The files' hashes are kept beside the tree (`.fingerprint.json`), so a tree is hashed once.
+The files' hashes are kept in the tree (`.fingerprint.json`), so a tree is hashed once.
 """
 
 from __future__ import annotations
@@ -91,17 +91,26 @@ def rocm_roots(built: Any) -> list[Path]:
     return []
 
 
+def _file_sha(path: str) -> str:
+    """A file's sha256; a download kept by `iree-stress stacks` is named by it
+    (downloads/sha256/<hash>/<name>: a multi-GB tarball is not read again)."""
+    real = Path(os.path.realpath(path))
+    if real.parent.parent.name == "sha256" and re.fullmatch(r"[0-9a-f]{64}", real.parent.name):
+        return real.parent.name
+    return sha256_file(path)
+
+
 def sources(built: Any) -> dict[str, str]:
     """The tarball, or the saved wheels, the stack was built from -> sha256."""
     stack = built.stack
     out: dict[str, str] = {}
     if stack.rocm and os.path.isfile(stack.rocm):
-        out[os.path.basename(stack.rocm)] = sha256_file(stack.rocm)
+        out[os.path.basename(stack.rocm)] = _file_sha(stack.rocm)
     for folder in stack.find_links:
         if os.path.isdir(folder):
             for f in sorted(os.listdir(folder)):
                 if f.lower().startswith("rocm"):
-                    out[f] = sha256_file(os.path.join(folder, f))
+                    out[f] = _file_sha(os.path.join(folder, f))
     return out
 
 
@@ -114,7 +123,7 @@ def of(built: Any) -> Fingerprint:
         files.update({prefix + k: v for k, v in tree_hashes(root).items()})
     iree = tuple(sorted(x for x in built.freeze if x.strip() and not _ROCM_PACKAGE.match(x)))
     blob = json.dumps({"files": files, "iree": iree, "env": sorted(built.stack.env),
-                       "rocm_side": bool(roots)}, sort_keys=True)
+                       "python": built.stack.python, "rocm_side": bool(roots)}, sort_keys=True)
     return Fingerprint(hashlib.sha256(blob.encode()).hexdigest(), files,
                        tuple(str(r) for r in roots), iree, sources(built))
 

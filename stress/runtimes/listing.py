@@ -162,9 +162,11 @@ def parse_s3(data: bytes, url: str) -> tuple[list[Entry], str]:
         raise UsageError(f"cannot read the index {url}: not XML ({exc})") from None
     _strip_ns(root)
     parts = urllib.parse.urlsplit(url)
-    base = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
-    if not base.endswith("/"):
-        base += "/"
+    path = parts.path
+    if not path.endswith("/"):  # a saved listing (listing.xml) lists the files beside it;
+        #   a bucket's URL without its slash lists the files under it
+        path = path.rsplit("/", 1)[0] + "/" if "." in path.rsplit("/", 1)[-1] else path + "/"
+    base = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
     entries, last = [], ""
     for c in root.findall("Contents"):
         key = c.findtext("Key") or ""

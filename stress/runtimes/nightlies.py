@@ -55,6 +55,7 @@ class StacksRequest:
     include: tuple[BuildKind, ...] = ()
     download: bool = True
     command: tuple[str, ...] = ()  # the command line, for the file's first comment
+    compiler: str = ""  # iree-base-compiler of every stack's artifacts ('' = the tool's)
 
 
 @dataclass
@@ -199,6 +200,8 @@ def render(req: StacksRequest, builds: Sequence[Build], got: dict[str, list[Reco
                      f"{b.date[:4]}-{b.date[4:6]}-{b.date[6:]}")
         if iree:
             lines.append(f"requirements = [{', '.join(_q(r) for r in iree)}]")
+        if req.compiler:
+            lines.append(f"compiler = {_q(req.compiler)}")
         if req.kind is PackageKind.TARBALL:
             r = recs[0]
             lines.append(f"rocm = {_q(str(downloads.blob(r.sha256, r.name)))}")
@@ -217,6 +220,9 @@ def render(req: StacksRequest, builds: Sequence[Build], got: dict[str, list[Reco
 def write_stacks(req: StacksRequest, say: Callable[[str], None]) -> Written:
     """Lists the index, picks the builds from `start` to `end` by build date, downloads them
     (kept), and writes the stacks file atomically."""
+    if req.compiler and not req.iree_runtime:
+        raise UsageError("--compiler needs --iree-runtime (a stack with its own compiler "
+                         "pins its runtime)")
     if req.kind is PackageKind.TARBALL and not req.download:
         raise UsageError("--no-download is for wheels: a tarball stack names its file")
     downloads = Downloads(req.cache_dir)

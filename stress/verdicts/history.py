@@ -179,15 +179,12 @@ def order(names: Iterable[str]) -> list[str]:
 
 
 def as_trials(runs: Sequence[PastRun], names: Mapping[str, str] | None = None) -> list[Trial]:
-    """Each run a trial of its stack (renamed by `names`, e.g. to a stacks file's stack), with
-    its own negative seed: never one a new trial takes (those count up from --seed)."""
-    out: list[Trial] = []
-    count: dict[str, int] = {}
-    for r in runs:
-        stack = (names or {}).get(r.stack, r.stack)
-        count[stack] = count.get(stack, 0) + 1
-        out.append(Trial(stack, -count[stack], -count[stack], r.failed, run_dir=str(r.folder)))
-    return out
+    """Each run a trial of its stack (renamed by `names`, e.g. to a stacks file's stack),
+    each with a negative seed of its own across all stacks: never one a new trial takes
+    (those count up from --seed), and two runs of identical stacks merged into one stack
+    stay two trials."""
+    return [Trial((names or {}).get(r.stack, r.stack), -k, -k, r.failed, run_dir=str(r.folder))
+            for k, r in enumerate(runs, 1)]
 
 
 class _NoTrials:

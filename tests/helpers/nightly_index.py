@@ -9,9 +9,11 @@ continuation tokens) and as an HTML page of links, served over HTTP on 127.0.0.1
 
 from __future__ import annotations
 
+import gzip
 import html
 import io
 import json
+import random
 import tarfile
 import threading
 import urllib.parse
@@ -20,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 FAMILY = "gfx94X-dcgpu"
 PAGE_KEYS = 3  # keys a page of the S3 listing: several pages for any real test
@@ -59,12 +62,12 @@ def tarball(n: Nightly) -> bytes:
              MANIFEST: manifest_json(n.version, n.pins),
              ".info/version": n.version.encode(), **n.files}
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+    with tarfile.open(fileobj=buf, mode="w") as tf:
         for name, data in sorted(files.items()):
             info = tarfile.TarInfo(name)
             info.size, info.mtime = len(data), 0
             tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return gzip.compress(buf.getvalue(), mtime=0)  # the same bytes every time
 
 
 def write_index(folder: Path, nightlies: Sequence[Nightly]) -> None:
@@ -131,3 +134,28 @@ def serve(folder: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def stand_in_trials(order: Sequence[str], first_bad: str, p: float) -> type[Any]:
+    """A test double of compare.SoakTrials, NOT a soak: a trial of a stack at or after
+    `first_bad` in `order` fails with probability `p` (drawn from its stack and seed), one
+    before it never; `runs` lists every stack it ran, in order."""
+    from stress.verdicts.trials import Trial
+
+    bad = set(order[order.index(first_bad):])
+
+    class StandInTrials:
+        runs: list[str] = []
+
+        def __init__(self, base: Any, built: Any, out: Path, log: Any = None):
+            pass
+
+        def check(self, stack: str) -> str:
+            return ""  # (SoakTrials.check: can the stack run at all? every one can)
+
+        def run(self, stack: str, index: int, seed: int) -> Trial:
+            StandInTrials.runs.append(stack)
+            failed = stack in bad and random.Random(f"{stack} {seed}").random() < p
+            return Trial(stack, index, seed, failed)
+
+    return StandInTrials

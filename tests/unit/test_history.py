@@ -6,7 +6,6 @@ still unsure."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +14,7 @@ from click.testing import CliRunner
 
 from stress.cli import cli
 from stress.verdicts.history import By, read_runs, stack_of
-from stress.verdicts.trials import Trial
-from tests.helpers.nightly_index import Nightly, write_index
+from tests.helpers.nightly_index import Nightly, stand_in_trials, write_index
 
 NIGHTLIES = [f"7.11.0a202511{d}" for d in (24, 25, 26, 27, 28)] + \
     ["10.0.0a20251201", "10.0.0a20251202", "10.0.0a20251203"]
@@ -69,25 +67,12 @@ def test_too_few_runs_say_unsure_and_where_a_trial_would_tell_most(tmp_path: Pat
            f"{NIGHTLIES[-1]} --history RUN...` adds trials only where it is" in res.stdout
 
 
-class FailsFromRise:
-    """Stands in for compare.SoakTrials: fails 3 trials in 8 from ROSE_AT on (by seed)."""
-
-    runs: list[str] = []
-
-    def __init__(self, base: Any, built: Any, out: Path, log: Any = None):
-        pass
-
-    def run(self, stack: str, index: int, seed: int) -> Trial:
-        FailsFromRise.runs.append(stack)
-        bad = NIGHTLIES.index(stack) >= ROSE_AT
-        return Trial(stack, index, seed, bad and random.Random(seed).random() < 0.4)
-
-
 def test_bisect_history_counts_the_runs_on_disk_and_adds_trials_only_where_unsure(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import stress.verdicts.compare as compare_mod
 
-    monkeypatch.setattr(compare_mod, "SoakTrials", FailsFromRise)
+    trials = stand_in_trials(NIGHTLIES, NIGHTLIES[ROSE_AT], 0.4)
+    monkeypatch.setattr(compare_mod, "SoakTrials", trials)
     write_index(tmp_path / "index", [Nightly(v) for v in NIGHTLIES])
     stacks = tmp_path / "stacks.toml"
     common = ["--cache-dir", str(tmp_path / "cache")]
@@ -97,7 +82,6 @@ def test_bisect_history_counts_the_runs_on_disk_and_adds_trials_only_where_unsur
     nightly_gates(tmp_path / "gates", runs=8)
     alone = CliRunner().invoke(cli, ["history", str(tmp_path / "gates")])
     assert alone.exit_code == 3, alone.output  # not enough on their own
-    FailsFromRise.runs = []
     res = CliRunner().invoke(cli, [
         "bisect", "--stacks", str(stacks), "--good", NIGHTLIES[0], "--bad", NIGHTLIES[-1],
         "-n", "3", "-t", "cpu", "--seed", "11", *common, "--json", "--results",
@@ -105,9 +89,9 @@ def test_bisect_history_counts_the_runs_on_disk_and_adds_trials_only_where_unsur
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["first_bad"] == NIGHTLIES[ROSE_AT] and out["confidence"] >= 0.975
-    assert out["from_disk"] == 64 and out["ran"] == len(FailsFromRise.runs) >= 1
+    assert out["from_disk"] == 64 and out["ran"] == len(trials.runs) >= 1
     # where it was unsure: the two stacks around the rise, nowhere else
-    assert set(FailsFromRise.runs) <= set(NIGHTLIES[ROSE_AT - 1:ROSE_AT + 1])
+    assert set(trials.runs) <= set(NIGHTLIES[ROSE_AT - 1:ROSE_AT + 1])
 
 
 def test_a_runs_stack_is_read_from_its_libraries_its_tree_or_its_folder(
@@ -135,3 +119,17 @@ def test_runs_that_are_not_results_are_left_out_with_the_reason(tmp_path: Path) 
     assert [r.stack for r in runs] == ["7.11.0a20251124"]
     assert any("interrupted without a failure (not a result)" in s for s in skipped)
     assert any("no stack version found" in s for s in skipped)
+
+
+def test_nightlies_whose_workers_loaded_the_same_hip_bytes_are_one_stack(
+        tmp_path: Path) -> None:
+    for i, v in enumerate(NIGHTLIES):
+        hip = "same" if i in (1, 2) else f"hip {i}"
+        for k in range(16):
+            gate_run(tmp_path / v / f"shard-{k}", i >= ROSE_AT and k % 8 in (1, 4, 6), {
+                "library_hashes": {f"/opt/rocm-{v}/lib/libamdhip64.so.7": hip}})
+    res = CliRunner().invoke(cli, ["history", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert f"identical stacks (their workers loaded the same HIP and HSA bytes): " \
+           f"{NIGHTLIES[1]} = {NIGHTLIES[2]}: tested once" in res.output
+    assert f"  {NIGHTLIES[1]:<32}      0/32" in res.stdout  # both nightlies' runs, one row

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -17,8 +15,7 @@ from click.testing import CliRunner
 from stress.cli import cli
 from stress.verdicts import changed
 from stress.verdicts.identical import groups
-from stress.verdicts.trials import Trial
-from tests.helpers.nightly_index import Nightly, write_index
+from tests.helpers.nightly_index import Nightly, stand_in_trials, write_index
 
 DAYS = [f"7.11.0a202511{d}" for d in (20, 21, 22, 23, 24, 25)] + \
     ["10.0.0a20251201", "10.0.0a20251202"]
@@ -41,21 +38,6 @@ def nightlies() -> list[Nightly]:
             for i, v in enumerate(DAYS)]
 
 
-class FlakyFromFirstBad:
-    """Stands in for compare.SoakTrials: a trial fails half the time from FIRST_BAD on (by
-    its seed), never before; records every stack it ran."""
-
-    runs: list[str] = []
-
-    def __init__(self, base: Any, built: Any, out: Path, log: Any = None):
-        pass
-
-    def run(self, stack: str, index: int, seed: int) -> Trial:
-        FlakyFromFirstBad.runs.append(stack)
-        bad = DAYS.index(stack) >= FIRST_BAD
-        return Trial(stack, index, seed, bad and random.Random(seed).random() < 0.5)
-
-
 @pytest.fixture
 def stacks_file(tmp_path: Path) -> Path:
     write_index(tmp_path / "index", nightlies())
@@ -71,8 +53,8 @@ def test_identical_nightlies_are_tested_once_and_what_changed_is_printed(
         stacks_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import stress.verdicts.compare as compare_mod
 
-    monkeypatch.setattr(compare_mod, "SoakTrials", FlakyFromFirstBad)
-    FlakyFromFirstBad.runs = []
+    trials = stand_in_trials(DAYS, DAYS[FIRST_BAD], 0.5)
+    monkeypatch.setattr(compare_mod, "SoakTrials", trials)
     res = CliRunner().invoke(cli, [
         "bisect", "--stacks", str(stacks_file), "--good", DAYS[0], "--bad", DAYS[-1], "-n",
         "3", "-t", "cpu", "--results", str(tmp_path / "bis"), "--cache-dir",
@@ -82,7 +64,7 @@ def test_identical_nightlies_are_tested_once_and_what_changed_is_printed(
     assert f"identical stacks (the same libraries and code objects, 2 files): {a} = {b}: " \
            "tested once" in res.output
     assert f"  identical: {a} = {b}: tested once" in res.output
-    assert b not in FlakyFromFirstBad.runs and a in FlakyFromFirstBad.runs
+    assert b not in trials.runs and a in trials.runs
     assert f"first bad stack: {DAYS[FIRST_BAD]} (last good: {b})" in res.output
     text = res.output[res.output.index("WHAT CHANGED"):]
     assert text.splitlines()[0] == f"WHAT CHANGED  {b} (last good) -> {DAYS[FIRST_BAD]} " \
@@ -101,14 +83,14 @@ def test_the_same_build_at_both_ends_is_inconclusive_without_a_trial(
         stacks_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import stress.verdicts.compare as compare_mod
 
-    monkeypatch.setattr(compare_mod, "SoakTrials", FlakyFromFirstBad)
-    FlakyFromFirstBad.runs = []
+    trials = stand_in_trials(DAYS, DAYS[FIRST_BAD], 0.5)
+    monkeypatch.setattr(compare_mod, "SoakTrials", trials)
     res = CliRunner().invoke(cli, [
         "bisect", "--stacks", str(stacks_file), "--good", DAYS[SAME[0]], "--bad",
         DAYS[SAME[1]], "-n", "3", "-t", "cpu", "--results", str(tmp_path / "bis"),
         "--cache-dir", str(tmp_path / "cache")])
     assert res.exit_code == 3, res.output
-    assert "are the same build" in res.output and not FlakyFromFirstBad.runs
+    assert "are the same build" in res.output and not trials.runs
 
 
 def test_only_consecutive_stacks_with_one_digest_merge() -> None:
@@ -157,3 +139,35 @@ def test_each_trial_records_the_stacks_content_hashes(stacks_file: Path,
     assert fp["libraries"]["lib/libamdhip64.so.7"] == hashlib.sha256(
         nightlies()[0].library).hexdigest()
     json.dumps(facts)  # (it goes into stack.json)
+
+
+def test_a_wheel_stacks_fingerprint_is_its_rocm_sdk_packages_without_version_stamps(
+        tmp_path: Path) -> None:
+    from stress.runtimes.fingerprint import of, therock_manifest
+    from stress.runtimes.provision import Built
+    from stress.runtimes.spec import Stack
+    from tests.helpers.nightly_index import MANIFEST, manifest_json
+
+    def venv(version: str, hip: bytes) -> Built:
+        site = tmp_path / version / "lib" / "python3.11" / "site-packages"
+        core = site / "_rocm_sdk_core"
+        (core / "lib").mkdir(parents=True)
+        (core / "lib" / "libamdhip64.so.7").write_bytes(hip)
+        (core / MANIFEST).parent.mkdir(parents=True)
+        (core / MANIFEST).write_bytes(manifest_json(version, pins(0)))  # (its version inside)
+        (site / "_rocm_sdk_libraries_gfx94X_dcgpu" / "lib").mkdir(parents=True)
+        (site / "_rocm_sdk_libraries_gfx94X_dcgpu" / "lib" / "librocblas.so.5").write_bytes(b"b")
+        st = Stack(version, rocm_requirements=(f"rocm[libraries]=={version}",))
+        return Built(st, str(tmp_path / version / "bin" / "python"),
+                     freeze=[f"rocm=={version}", f"rocm-sdk-core=={version}", "numpy==2.1.0"],
+                     venv=str(tmp_path / version))
+
+    a, b, c = (of(venv(v, hip)) for v, hip in (("7.11.0a20251125", b"hip"),
+                                                ("7.11.0a20251126", b"hip"),
+                                                ("7.11.0a20251127", b"new hip")))
+    assert sorted(a.files) == ["_rocm_sdk_core/lib/libamdhip64.so.7",
+                               "_rocm_sdk_libraries_gfx94X_dcgpu/lib/librocblas.so.5"]
+    assert a.digest == b.digest != c.digest  # versions differ in the freeze and manifest only
+    assert a.iree_side == ("numpy==2.1.0",)
+    manifest = therock_manifest(a)
+    assert manifest is not None and manifest["rocm_package_version"] == "7.11.0a20251125"

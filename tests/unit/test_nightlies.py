@@ -70,10 +70,14 @@ def test_include_bkc_puts_the_bkc_build_right_after_its_nightly_from_an_html_pag
 
 def test_iree_runtime_pins_the_iree_side_of_every_stack(tmp_path: Path) -> None:
     with serve(index(tmp_path)) as base:
-        written = write_stacks(request(tmp_path, f"{base}/bucket/", iree_runtime="3.10.0"),
-                               lambda _line: None)
+        written = write_stacks(request(tmp_path, f"{base}/bucket/", iree_runtime="3.10.0",
+                                       compiler="3.10.0"), lambda _line: None)
+        with pytest.raises(Exception, match="--compiler needs --iree-runtime"):
+            write_stacks(request(tmp_path, f"{base}/bucket/", compiler="3.10.0"),
+                         lambda _line: None)
     stacks = spec.load(written.path)
     assert {st.runtime_version for st in stacks.values()} == {"3.10.0"}
+    assert {st.compiler for st in stacks.values()} == {"3.10.0"}
     assert all("numpy" in st.requirements for st in stacks.values())
 
 
@@ -174,6 +178,14 @@ def test_wheel_stacks_come_from_a_simple_index_with_the_wheels_kept(tmp_path: Pa
     (links,) = st.find_links
     assert sorted(p.name for p in Path(links).iterdir()) == sorted(
         p.format(v=versions[1]) for p in projects.values())
+    with serve(tmp_path) as base:
+        url = f"{base}/v2/gfx94X-dcgpu/"
+        bare = write_stacks(request(tmp_path, url, versions[0], versions[-1],
+                                    kind=PackageKind.WHEEL, download=False), lambda _line: None)
+        with pytest.raises(Exception, match="--no-download is for wheels"):
+            write_stacks(request(tmp_path, url, versions[0], versions[-1], download=False),
+                         lambda _line: None)
+    assert all(not st.find_links for st in spec.load(bare.path).values())
 
 
 def test_json_embedded_in_a_page_lists_the_tarballs_where_it_says_they_are(
@@ -221,3 +233,27 @@ def test_clean_cache_all_keeps_the_downloads(tmp_path: Path) -> None:
     kept = [Path(st.rocm) for st in spec.load(written.path).values()]
     list(hk.clean(tmp_path / "results", tmp_path / "cache", None, None, None, True, False))
     assert all(p.is_file() for p in kept)
+
+
+def test_an_s3_listing_without_continuation_tokens_pages_by_marker_and_a_saved_one_lists_beside_it(
+        tmp_path: Path) -> None:
+    def page(keys: list[str], more: bool) -> bytes:
+        items = "".join(f"<Contents><Key>{k}</Key><Size>1</Size></Contents>" for k in keys)
+        return (f"<?xml version='1.0'?><ListBucketResult><IsTruncated>{str(more).lower()}"
+                f"</IsTruncated>{items}</ListBucketResult>").encode()
+
+    names = [Nightly(v).filename for v in NIGHTLIES]
+    asked: list[str] = []
+
+    def get(url: str) -> bytes:
+        asked.append(url)
+        return page(names[4:], False) if "marker=" in url else page(names[:4], True)
+
+    entries = listing.read_listing("https://bucket.invalid/?prefix=therock-dist", get)
+    assert [e.name for e in entries] == names
+    assert asked[1] == f"https://bucket.invalid/?prefix=therock-dist&marker={names[3]}"
+    assert entries[0].url == f"https://bucket.invalid/{names[0]}"
+    saved = tmp_path / "listing.xml"
+    saved.write_bytes(page(names, False))
+    (e0, *_rest) = listing.read_listing(saved.as_uri())
+    assert e0.url == (tmp_path / names[0]).as_uri()
