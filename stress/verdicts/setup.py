@@ -54,6 +54,21 @@ def _inside(path: str, folder: str) -> bool:
     return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(folder))
 
 
+def _script_interpreter(path: str) -> str:
+    """The Python interpreter a script names by absolute path in its `#!` line (pip's console
+    scripts: `pytest`, `ctest` wrappers); '' for anything else (`#!/usr/bin/env python3` finds
+    the stack's own on the jobs' PATH)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return ""
+    if not first.startswith(b"#!"):
+        return ""
+    words = first[2:].decode(errors="replace").split()
+    return words[0] if words and _PYTHON.fullmatch(os.path.basename(words[0])) else ""
+
+
 def _module_of(argv: Sequence[str]) -> str:
     """`-m MOD`'s module in a Python command line ('' when none)."""
     for i, arg in enumerate(argv[1:], 1):
@@ -105,9 +120,15 @@ def exec_preflight(built: Any, base: SoakOptions) -> str:
     exe = command_path(base.command[0], cwd, env)
     if not exe or not os.path.isfile(exe) or not os.access(exe, os.X_OK):
         return f"the command {base.command[0]!r} is not an executable file under this stack"
-    if not _PYTHON.fullmatch(os.path.basename(exe)):
-        return ""
     name = built.stack.name
+    if not _PYTHON.fullmatch(os.path.basename(exe)):
+        interpreter = _script_interpreter(exe)
+        if built.venv and interpreter and not _inside(interpreter, built.venv):
+            return (f"the command {base.command[0]!r} is {exe}, a script of {interpreter}, "
+                    f"outside stack {name}'s venv ({built.venv}): it would run its own "
+                    f"runtime under every stack; add its package to the stack's requirements "
+                    f"or run it as `python -m ...`")
+        return ""
     if built.venv and not _inside(exe, built.venv):
         return (f"the command's interpreter {exe} is not stack {name}'s ({built.python}): it "
                 f"would run its own runtime under every stack; start the command with "

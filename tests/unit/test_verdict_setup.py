@@ -65,3 +65,28 @@ def test_a_start_up_check_killed_at_its_own_exit_passes_and_one_killed_before_sa
     why = provision.preflight(built, {})
     assert why == (f"{sys.executable} was killed by SIGSEGV: nothing printed, before `import "
                    f"numpy, iree.runtime` finished")
+
+
+def test_a_console_script_of_an_interpreter_outside_the_stack_is_refused_one_inside_is_not(
+        tmp_path: Path) -> None:
+    from stress.soak.options import SoakOptions
+    from stress.verdicts.setup import exec_preflight
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    outside = tmp_path / "elsewhere" / "pytest"  # what PATH finds when the venv has no pytest
+    outside.parent.mkdir()
+    for script, interpreter in ((outside, "/usr/bin/python3"),
+                                (venv / "bin" / "tool", str(venv / "bin" / "python"))):
+        script.write_text(f"#!{interpreter}\nimport sys\n")
+        script.chmod(0o755)
+    built = Built(Stack("lean"), str(venv / "bin" / "python"), {}, venv=str(venv))
+    base = SoakOptions(None, None, 1, 1, [], [], [], None, 1, None, {}, None, None, 30.0, 15.0,
+                       5, [], None, (0, 1), None, tmp_path, 1, False, engine="exec",
+                       command=[str(outside), "-q"], cwd=tmp_path)
+    why = exec_preflight(built, base)
+    assert why.startswith(f"the command '{outside}' is {outside}, a script of /usr/bin/python3,"
+                          f" outside stack lean's venv"), why
+    base.command = [str(venv / "bin" / "tool")]
+    assert exec_preflight(built, base) == ""
