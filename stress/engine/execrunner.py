@@ -42,8 +42,8 @@ PLACEHOLDERS: tuple[str, ...] = ("seed", "job", "gpu")
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 _LAUNCHERS: frozenset[str] = frozenset({
     "python", "python3", "sh", "bash", "env", "timeout", "taskset", "numactl", "uv",
-    "pytest"})  # a command whose own name says little: the program is its first operand
-#   (ctest is not one: its operands are option values; `exec:ctest` groups a ctest run)
+    })  # a command whose own name says little: the program is its first operand (a test
+#   runner is named by its test paths instead: _RUNNERS)
 OUTPUT_KEY_LINES: int = 3  # last non-empty lines of output in a signature: enough to tell
 #   "SIGSEGV after 'Tests passed'" from a failed assertion, few enough to stay stable
 _OUTPUT_KEY_LINE_CHARS: int = 160
@@ -58,19 +58,54 @@ def substitute(argv: Sequence[str], values: Mapping[str, object]) -> list[str]:
     return [_PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), a) for a in argv]
 
 
-def program_name(argv: Sequence[str]) -> str:
-    """A stable name for the command, so reports group its jobs: `exec:NAME` with NAME the
-    command's basename, or for a launcher (python, sh, ctest, ...) that and the basename of
-    its first operand (`exec:python:test_device.py`). Pure."""
+def program_name(argv: Sequence[str], cwd: Path | None = None, name: str | None = None
+                 ) -> str:
+    """A stable name for the command, so reports group its jobs and keep two suites apart:
+    `exec:NAME` with NAME `name` (`--name`) when given; else the command's basename, or for a
+    launcher (python, sh, pytest, ...) that and its first operand's basename
+    (`exec:python:test_device.py`); for a test runner (pytest, also as `python -m pytest`;
+    ctest) the runner and the paths it was given, where the folder it ran in prefixes a
+    relative one (`exec:pytest:proj/tests`; none given: the folder, `exec:ctest:build`), so
+    two suites run by `python -m pytest` are two programs. Pure but for `cwd`'s listing."""
+    if name:
+        return f"exec:{name}"
     if not argv:
         return "exec:?"
     head = os.path.basename(argv[0])
+    operands = [a for a in argv[1:] if not a.startswith("-") and "=" not in a]
+    module = argv[argv.index("-m") + 1] if "-m" in argv[1:-1] else None
+    runner = module if module in _RUNNERS else re.sub(r"[\d.]+$", "", head) \
+        if re.sub(r"[\d.]+$", "", head) in _RUNNERS else None
+    if runner is not None:
+        return f"exec:{runner}:{_suite_paths(argv, cwd, runner)}"
     name = head
-    if re.sub(r"[\d.]+$", "", head) in _LAUNCHERS:
-        operand = next((a for a in argv[1:] if not a.startswith("-") and "=" not in a), None)
-        if operand is not None:
-            name = f"{head}:{os.path.basename(operand.rstrip('/'))}"
+    if re.sub(r"[\d.]+$", "", head) in _LAUNCHERS and operands:
+        name = f"{head}:{os.path.basename(operands[0].rstrip('/'))}"
     return f"exec:{name}"
+
+
+_RUNNERS: frozenset[str] = frozenset({"pytest", "py.test", "ctest"})  # named by their paths
+_SUITE_NAME_CHARS: int = 120  # a name that lists many test paths is cut (it stays distinct)
+
+
+def _suite_paths(argv: Sequence[str], cwd: Path | None, runner: str) -> str:
+    """The test paths a runner was given (operands that are paths: with a slash, a `.py`, or
+    there in `cwd`; ctest's `--test-dir DIR`), a relative one prefixed with `cwd`'s name;
+    none: `cwd`'s name."""
+    paths: list[str] = []
+    for i, a in enumerate(argv[1:], 1):
+        if argv[i - 1] == "--test-dir" or a.startswith("--test-dir="):
+            a = a.split("=", 1)[-1]
+        elif a.startswith("-") or "{" in a or (runner != "ctest" and a == runner) or \
+                not ("/" in a or a.endswith(".py") or (cwd is not None and (cwd / a).exists())):
+            continue  # an option, a placeholder, the runner's module, an option's value
+        a = a.split("::", 1)[0].rstrip("/") or "/"
+        if not a.startswith("/") and cwd is not None:
+            a = f"{cwd.name}/{a}" if a != "." else cwd.name
+        paths.append(a)
+    if not paths:
+        return cwd.name if cwd is not None else "."
+    return ",".join(dict.fromkeys(paths))[:_SUITE_NAME_CHARS]
 
 
 def normalize_line(line: str) -> str:
@@ -371,7 +406,8 @@ ONE_RUN_SCALE: float = 1 / 20  # jobs.invocations_for gives a pattern it does no
 #   invocations per job; an exec job is one run of the command
 
 
-def exec_program(argv: Sequence[str]) -> Program:
+def exec_program(argv: Sequence[str], cwd: Path | None = None, name: str | None = None
+                 ) -> Program:
     """The command as the schedule's one "program" (its name groups reports: program_name)."""
-    return Program(name=program_name(argv), kind="exec", op="exec", dtype="none", args=(),
-                   results=(Arg((1,), "none"),), mlir="", source="exec")
+    return Program(name=program_name(argv, cwd, name), kind="exec", op="exec", dtype="none",
+                   args=(), results=(Arg((1,), "none"),), mlir="", source="exec")

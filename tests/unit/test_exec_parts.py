@@ -38,7 +38,25 @@ def test_a_command_is_named_by_its_basename_and_a_launcher_by_its_first_operand(
         "exec:fusilli_conv_test"
     assert program_name(["python3.11", "-u", "tests/test_device.py", "{seed}"]) == \
         "exec:python3.11:test_device.py"
-    assert program_name(["ctest", "--timeout", "120", "-R", "conv"]) == "exec:ctest"
+    assert program_name(["ctest", "--timeout", "120", "-R", "conv"]) == "exec:ctest:."
+
+
+def test_two_suites_run_by_python_m_pytest_get_two_program_names(tmp_path: Path) -> None:
+    """issue 36: both were `exec:python:pytest`, and merged in compare, merge and known
+    files. A runner is named by its test paths, a relative one by the folder it ran in; or
+    by `--name`."""
+    for proj in ("projA", "projB"):
+        (tmp_path / proj / "tests").mkdir(parents=True)
+    argv = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
+    a = program_name(argv, tmp_path / "projA")
+    b = program_name(argv, tmp_path / "projB")
+    assert (a, b) == ("exec:pytest:projA/tests", "exec:pytest:projB/tests")
+    assert program_name(["pytest", "tests/x_test.py::test_y", "-x"], tmp_path / "projA") == \
+        "exec:pytest:projA/tests/x_test.py"
+    assert program_name(["/venv/bin/pytest"], tmp_path / "projB") == "exec:pytest:projB"
+    assert program_name(["ctest", "--test-dir", "build", "-j", "8"], tmp_path / "projA") == \
+        "exec:ctest:projA/build"
+    assert program_name(argv, tmp_path / "projA", name="unit-suite") == "exec:unit-suite"
 
 
 def test_output_lines_that_differ_only_in_numbers_addresses_and_paths_key_the_same() -> None:
