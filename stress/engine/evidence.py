@@ -282,10 +282,12 @@ class HangEvidence:
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
 
-    def files(self, pid: int) -> dict[str, str]:
+    def files(self, pid: int, own: Collection[int] = ()) -> dict[str, str]:
         """The failure folder's files for process `pid`: stacks.txt, threads.json,
-        kernel.log, telemetry_before.json."""
-        return {**self.processes[pid].files(), "kernel.log": self.kernel_log.text,
+        kernel.log (the faults of its own threads and of `own`, the other processes' threads
+        of its job, kept: another process's are not its evidence), telemetry_before.json."""
+        tids = {pid, *self.processes[pid].samples, *own}
+        return {**self.processes[pid].files(), "kernel.log": self.kernel_log.only(tids).text,
                 "telemetry_before.json": json.dumps(self.telemetry, indent=1)}
 
 
