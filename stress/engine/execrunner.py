@@ -114,9 +114,13 @@ def normalize_line(line: str) -> str:
     return blank_numbers(_PATH.sub("<path>", line.strip()))[:_OUTPUT_KEY_LINE_CHARS]
 
 
-def output_key(text: str, lines: int = OUTPUT_KEY_LINES) -> list[str]:
-    """The last `lines` non-empty lines of `text`, normalized (for signatures). Pure."""
-    kept = [normalize_line(x) for x in text.splitlines() if x.strip()]
+def output_key(text: str, lines: int = OUTPUT_KEY_LINES,
+               skip: re.Pattern[str] | None = None) -> list[str]:
+    """The last `lines` non-empty lines of `text`, normalized (for signatures), but those
+    matching `skip` (the done marker: a runner's "3 passed in 2.1s" says nothing of what
+    failed after it). Pure."""
+    kept = [normalize_line(x) for x in text.splitlines()
+            if x.strip() and (skip is None or not skip.search(x))]
     return kept[-lines:]
 
 
@@ -185,6 +189,10 @@ class ExecJudge:
     exe: str = ""  # the command's program, resolved (its core's executable)
     step: str = RUN_STEP  # blamed when nothing else names a step
     runner: ExecRunner | None = None  # told of the exit (a crashed copy's core in the cwd)
+    name: str = ""  # what a user calls the command's process (`pytest`): testlog.command_name
+    cwd: Path | None = None  # where the command runs (test paths are shown relative to it)
+    runner_marker: bool = False  # the marker is the test runner's own summary (no
+    #   --done-regex): a plain non-zero status after it is its tests' verdict, not its exit's
 
     def done_ns(self, now_ns: int) -> int | None:
         return self.output.poll(now_ns)
@@ -219,12 +227,18 @@ class ExecJudge:
         if self.group is not None and rc == 0:
             self.group.discard()
         done = self.done_ns(time.monotonic_ns()) is not None
+        if done and rc > 0 and self.runner_marker:
+            done = False  # "1 failed, 3 passed", then exit 1: failed while running
+        tests = self.tests()
+        if rc == 0 and tests.ran() == 0:
+            return []  # a job that ran no test is not clean (capture: `failed`, said why)
         if not (done or rc == 0) or self.job is None:
             return []
         res = JobResult(invocations=1, ok=int(rc == 0))
         res.add_latency((time.monotonic_ns() - self.started_ns) / 1e9)
         payload = {"job": self.job.as_dict(), "started": self.started_wall,
-                   "ended": time.time(), "result": res.as_dict(), "pid": self.pid}
+                   "ended": time.time(), "result": res.as_dict(), "pid": self.pid,
+                   **({"tests": tests.counted()} if tests.runner else {})}
         if rc == 0 and not self.keep_logs:
             for p in self.logs:  # a clean job's output is not evidence of anything
                 p.unlink(missing_ok=True)
@@ -235,7 +249,8 @@ class ExecJudge:
         of exec jobs use, whether the done marker was seen, the runner's failing tests and
         the processes the output says died by a signal (`testlog`)."""
         text = "".join(_tail(p) for p in self.logs)
-        out: dict[str, Any] = {"output_key": output_key(text), "done_marker_seen":
+        out: dict[str, Any] = {"output_key": output_key(text, skip=self.output.pattern),
+                               "done_marker_seen":
                                self.output.matched_ns is not None}
         report = "".join(_tail(p, _REPORT_BYTES) for p in self.logs)
         tests = testlog.summarize(report)
@@ -244,9 +259,21 @@ class ExecJudge:
         deaths = testlog.signal_deaths(report)
         if deaths:
             out["signal_deaths"] = [d.as_dict() for d in deaths[:_DEATHS_KEPT]]
+        out["command_name"] = self.name
+        running = testlog.running_test(report, str(self.cwd) if self.cwd else None)
+        if deaths and tests.failed:  # a process a test started died: the test that failed
+            running = next((t for t in tests.failed if any(
+                t in line for line in report.splitlines() if deaths[0].name in line)),
+                tests.failed[0])
+        if running:
+            out["running_test"] = running
         if self.group is not None:
             out["group"] = self.group.summary()
         return out
+
+    def tests(self) -> testlog.TestSummary:
+        """What the test runner printed about its tests (`testlog.summarize`)."""
+        return testlog.summarize("".join(_tail(p, _REPORT_BYTES) for p in self.logs))
 
     def signal_deaths(self) -> list[testlog.SignalDeath]:
         """The processes the command's output says died by a signal (`testlog`)."""
@@ -314,7 +341,7 @@ class ExecRunner:
                  popen: Callable[..., Any] = subprocess.Popen):
         command.validate()
         self.command = command
-        self.pattern = re.compile(command.done_regex) if command.done_regex else None
+        self.pattern = re.compile(command.done_regex or testlog.done_marker(command.argv))
         self.parent_pid = parent_pid if parent_pid is not None else os.getpid()
         self.popen = popen
         self.slots = Slots()  # {gpu}: the copy's slot among those running
@@ -391,7 +418,9 @@ class ExecRunner:
                             spec.teardown_timeout_s, OutputWatch((out_path, err_path),
                                                                  self.pattern),
                             (out_path, err_path), group,
-                            exe=resolve_executable(argv[0], cwd, env), runner=self)
+                            exe=resolve_executable(argv[0], cwd, env), runner=self,
+                            name=testlog.command_name(argv), cwd=cwd,
+                            runner_marker=self.command.done_regex is None)
         h.cwd = cwd
         return h
 

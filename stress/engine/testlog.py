@@ -41,9 +41,23 @@ class TestSummary:
     failed: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
 
+    def ran(self) -> int | None:
+        """Tests the runner says it ran (passed, failed, errors; not skipped nor deselected);
+        None when no summary was recognised."""
+        if not self.runner:
+            return None
+        return sum(self.counts.get(k, 0) for k in _RAN_KEYS)
+
+    def counted(self) -> dict[str, Any]:
+        """The runner and its counts, with the tests it ran (a clean job's record)."""
+        return {"runner": self.runner, "counts": self.counts, "ran": self.ran()}
+
     def as_dict(self) -> dict[str, Any]:
         return {"runner": self.runner, "failed": self.failed[:FAILED_IDS_KEPT],
-                "failed_count": len(self.failed), "counts": self.counts}
+                "failed_count": len(self.failed), "counts": self.counts, "ran": self.ran()}
+
+
+_RAN_KEYS: tuple[str, ...] = ("passed", "failed", "errors", "xfailed", "xpassed")
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,7 @@ _PYTEST_SHORT = re.compile(r"^(FAILED|ERROR) (.+?)(?: - .*)?$")
 _PYTEST_VERBOSE = re.compile(r"^(\S+::\S+?) (FAILED|ERROR)\b")
 _PYTEST_TOTALS = re.compile(r"^(?:=+ )?((?:\d+ [a-z]+(?:, )?)+) in [\d.]+s\b.*?(?: =+)?$")
 _PYTEST_COUNT = re.compile(r"(\d+) ([a-z]+)")
+_PYTEST_NONE = re.compile(r"^(?:=+ )?no tests ran in [\d.]+s\b")
 
 
 def pytest_summary(text: str) -> TestSummary | None:
@@ -78,6 +93,7 @@ def pytest_summary(text: str) -> TestSummary | None:
     failed: list[str] = []
     verbose: list[str] = []
     counts: dict[str, int] = {}
+    totals = False
     for line in text.splitlines():
         line = line.rstrip()
         m = _PYTEST_SHORT.match(line)
@@ -92,7 +108,10 @@ def pytest_summary(text: str) -> TestSummary | None:
         if m:
             counts = {w if w != "error" else "errors": int(n)
                       for n, w in _PYTEST_COUNT.findall(m.group(1))}
-    if not failed and not verbose and not counts:
+            totals = True
+        elif _PYTEST_NONE.match(line):
+            counts, totals = {}, True
+    if not failed and not verbose and not totals:
         return None
     return TestSummary("pytest", failed or verbose, counts)
 
@@ -101,6 +120,7 @@ def pytest_summary(text: str) -> TestSummary | None:
 _CTEST_LIST = re.compile(r"^The following tests FAILED:")
 _CTEST_ENTRY = re.compile(r"^\s+\d+ - (.+) \(([^()]+)\)\s*$")
 _CTEST_TOTALS = re.compile(r"^\d+% tests passed, (\d+) tests? failed out of (\d+)")
+_CTEST_NONE = re.compile(r"^No tests were found")
 # ctest's status words for a test killed by a signal (cmCTest's SEGFAULT, ILLEGAL, ...; a
 #   SIGABRT is "Subprocess aborted"), and the signal each stands for
 _CTEST_SIGNALS: dict[str, str] = {"SEGFAULT": "SIGSEGV", "ILLEGAL": "SIGILL",
@@ -137,6 +157,8 @@ def ctest_summary(text: str) -> TestSummary | None:
         m = _CTEST_TOTALS.match(line)
         if m:
             counts = {"failed": int(m.group(1)), "passed": int(m.group(2)) - int(m.group(1))}
+        elif _CTEST_NONE.match(line):
+            counts = {"failed": 0, "passed": 0}
     if not failed and not counts:
         return None
     return TestSummary("ctest", failed, counts)
@@ -147,6 +169,8 @@ _GTEST_FAILED = re.compile(r"^\[  FAILED  \] (.+?)(?:, where .*?)?(?: \(\d+ ms\)
 _GTEST_NOT_AN_ID = re.compile(r"^\d+ tests?, listed below:$|^\d+ tests?\.?$")
 _GTEST_PASSED = re.compile(r"^\[  PASSED  \] (\d+) tests?\.")
 _GTEST_FAILED_TOTAL = re.compile(r"^\[  FAILED  \] (\d+) tests?, listed below:")
+_GTEST_SKIPPED_TOTAL = re.compile(r"^\[  SKIPPED \] (\d+) tests?, listed below:")
+_GTEST_RAN = re.compile(r"^\[==========\] (\d+) tests? from \d+ test (?:suites?|cases?) ran\.")
 
 
 def gtest_summary(text: str) -> TestSummary | None:
@@ -165,6 +189,14 @@ def gtest_summary(text: str) -> TestSummary | None:
         if m:
             counts["failed"] = int(m.group(1))
             continue
+        m = _GTEST_SKIPPED_TOTAL.match(line)
+        if m:
+            counts["skipped"] = int(m.group(1))
+            continue
+        m = _GTEST_RAN.match(line)
+        if m:
+            counts.setdefault("passed", 0)  # (0 tests ran: no PASSED line follows)
+            continue
         m = _GTEST_FAILED.match(line)
         if m and not _GTEST_NOT_AN_ID.match(m.group(1)):
             _add(failed, m.group(1))
@@ -177,6 +209,8 @@ def gtest_summary(text: str) -> TestSummary | None:
 _CATCH_RULE = re.compile(r"^-{79}$")
 _CATCH_FAILED = re.compile(r": FAILED:$")
 _CATCH_TOTALS = re.compile(r"^test cases: *(\d+) \| *(?:(\d+) passed)?(?: \| )?(?:(\d+) failed)?")
+_CATCH_ALL_PASSED = re.compile(r"^All tests passed \((\d+) assertions? in (\d+) test cases?\)")
+_CATCH_NONE = re.compile(r"^No tests ran\b")
 
 
 def catch2_summary(text: str) -> TestSummary | None:
@@ -205,6 +239,11 @@ def catch2_summary(text: str) -> TestSummary | None:
             m = _CATCH_TOTALS.match(line)
             if m:
                 counts = {"failed": int(m.group(3) or 0), "passed": int(m.group(2) or 0)}
+            m = _CATCH_ALL_PASSED.match(line)
+            if m:
+                counts = {"failed": 0, "passed": int(m.group(2))}
+            if _CATCH_NONE.match(line):
+                counts = {"failed": 0, "passed": 0}
         i += 1
     if not failed and not counts:
         return None
@@ -212,6 +251,97 @@ def catch2_summary(text: str) -> TestSummary | None:
 
 
 _RUNNERS = (ctest_summary, pytest_summary, gtest_summary, catch2_summary)  # outermost first
+
+# ---- the test that was running ---------------------------------------------------------
+_FAULT_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+ in (\w+)')
+_FAULT_HEAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ .*most recent call first")
+_GTEST_RUN = re.compile(r"^\[ RUN      \] (\S+)")
+_GTEST_END = re.compile(r"^\[ +(?:OK|FAILED|SKIPPED) +\] (\S+?)(?:,| \(|$)")
+_CTEST_START = re.compile(r"^\s*Start +\d+: (\S+)")
+_CTEST_END = re.compile(r"^\s*\d+/\d+ Test +#\d+: (\S+) ")
+_PYTEST_LIVE = re.compile(r"^(\S+\.py::\S+)(?: |$)")
+_PYTEST_OUTCOME = re.compile(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+
+
+def _test_file(path: str) -> bool:
+    name = os.path.basename(path)
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+
+
+def running_test(text: str, cwd: str | None = None) -> str | None:
+    """The test a runner was running when its output stopped: faulthandler's dump (the
+    innermost frame in a test file of the most recent call first: `tests/x_test.py::test_y`,
+    relative to `cwd`), gtest's last `[ RUN      ]` without its end, ctest's last `Start N:`
+    without its result, `pytest -v`'s last node id without an outcome. None when none
+    says. Pure."""
+    lines = text.splitlines()
+    for i in range(len(lines) - 1, -1, -1):  # the last dump (its first block: the crashed
+        if _FAULT_HEAD.match(lines[i]):     # thread's)
+            for line in lines[i + 1:]:
+                m = _FAULT_FRAME.match(line)
+                if m is None:
+                    break
+                if _test_file(m.group(1)):
+                    path = m.group(1)
+                    if cwd and path.startswith(cwd.rstrip("/") + "/"):
+                        path = path[len(cwd.rstrip("/")) + 1:]
+                    return f"{path}::{m.group(2)}"
+            break
+    open_tests: dict[str, None] = {}
+    for line in lines:
+        for start, end in ((_GTEST_RUN, _GTEST_END), (_CTEST_START, _CTEST_END)):
+            m = start.match(line)
+            if m:
+                open_tests[m.group(1)] = None
+            m = end.match(line)
+            if m:
+                open_tests.pop(m.group(1), None)
+        m = _PYTEST_LIVE.match(line)
+        if m:
+            if _PYTEST_OUTCOME.search(line[m.end():]):
+                open_tests.pop(m.group(1), None)
+            else:
+                open_tests[m.group(1)] = None
+    return next(reversed(open_tests), None) if open_tests else None
+
+
+def command_name(argv: list[str]) -> str:
+    """What a user calls the command's process: its runner (`pytest` for `python -m
+    pytest`), else its program's basename. Pure."""
+    if "-m" in argv[1:-1]:
+        return argv[argv.index("-m") + 1]
+    return os.path.basename(argv[0]) if argv else "?"
+
+
+# ---- the runner's own "done" line --------------------------------------------------------
+# the line each runner prints once its tests have run (what follows is its report and exit):
+#   the default done marker of an exec job (docs/exec.md, "How an exec job ends")
+DONE_MARKERS: dict[str, str] = {
+    "pytest": r"^(?:=+ )?(?:(?:\d+ [a-z]+(?:, )?)+|no tests ran) in [\d.]+s\b",
+    "ctest": r"^(?:\d+% tests passed, \d+ tests? failed out of \d+|No tests were found)",
+    "gtest": r"^\[==========\] \d+ tests? from \d+ test (?:suites?|cases?) ran\.",
+    "catch2": r"^(?:All tests passed \(|test cases: |No tests ran\b)",
+}
+_BINARY_RUNNERS: tuple[str, ...] = ("gtest", "catch2")  # a test binary run directly
+
+
+def runner_of(argv: list[str]) -> str | None:
+    """The test runner a command runs, by its words: `pytest` (also `python -m pytest`,
+    `py.test`) or `ctest`, anywhere in it (`sh -c 'ctest ...'` too); None for anything else
+    (a test binary, a script). Pure."""
+    words = [os.path.basename(w) for a in argv for w in a.split()]
+    for name in ("ctest", "pytest", "py.test"):
+        if name in words:
+            return "pytest" if name == "py.test" else name
+    return None
+
+
+def done_marker(argv: list[str]) -> str:
+    """The default done marker of a command: its runner's summary line (DONE_MARKERS); for
+    a command that names no runner (a test binary run directly), gtest's or Catch2's. Pure."""
+    runner = runner_of(argv)
+    names = (runner,) if runner else _BINARY_RUNNERS
+    return "|".join(f"(?:{DONE_MARKERS[n]})" for n in names)
 
 
 def summarize(text: str) -> TestSummary:
