@@ -114,7 +114,8 @@ _ENDINGS: tuple[str, ...] = ("exited 0", "exited non-zero", "killed by a signal"
 def exec_lines(s: dict[str, Any]) -> list[str]:
     """An exec run's status and counts: jobs, the tests they ran, the command's processes
     (no invocations, patterns or device releases: the command's own business)."""
-    lines = [f"run {s['run_id']}  {s['status']} ({s.get('stop_reason') or ''})",
+    reason = (s.get("stop_reason") or "").replace("planned invocations", "planned jobs")
+    lines = [f"run {s['run_id']}  {s['status']} ({reason})",
              f"  results   {s['results_dir']}",
              f"  jobs      {s['jobs']:,} in {s['duration_s']:.1f} s (one run of the command "
              "each)",

@@ -256,6 +256,10 @@ class ExecJudge:
         tests = testlog.summarize(report)
         if tests.runner:
             out["tests"] = tests.as_dict()
+        if tests.ran() == 0:  # its mode is "no test ran", whatever it printed last
+            counts = ", ".join(f"{n} {k}" for k, n in tests.counts.items() if n)
+            out["output_key"] = [normalize_line(f"{tests.runner} ran no test"
+                                                f"{f' ({counts})' if counts else ''}")]
         deaths = testlog.signal_deaths(report)
         if deaths:
             out["signal_deaths"] = [d.as_dict() for d in deaths[:_DEATHS_KEPT]]
@@ -280,8 +284,16 @@ class ExecJudge:
         return testlog.signal_deaths("".join(_tail(p, _REPORT_BYTES) for p in self.logs))
 
     def child_crash(self) -> ChildCrash | None:
-        """The process of its group killed by a signal (`children.GroupWatch.crashed`)."""
-        return self.group.crashed(self.signal_deaths()) if self.group is not None else None
+        """The process of its group killed by a signal (`children.GroupWatch.crashed`), with
+        its whole command line from the output when it was not seen alive."""
+        if self.group is None:
+            return None
+        deaths = self.signal_deaths()
+        child = self.group.crashed(deaths)
+        if child is not None and not child.command:
+            child.command = next((d.command for d in deaths
+                                  if d.name == child.name and d.command), "")
+        return child
 
     def add_evidence(self, folder: Path) -> None:
         """Nothing of its own: its output is in the folder already."""

@@ -68,9 +68,11 @@ class SignalDeath:
     name: str
     signal: str
     line: str
+    command: str = ""  # its whole command line, when the output printed it
 
     def as_dict(self) -> dict[str, str]:
-        return {"name": self.name, "signal": self.signal, "line": self.line}
+        return {"name": self.name, "signal": self.signal, "line": self.line,
+                **({"command": self.command} if self.command else {})}
 
 
 def _add(out: list[str], test_id: str) -> None:
@@ -375,6 +377,20 @@ def _signal_of(returncode: str) -> str | None:
         return None
 
 
+def _command_line(cmd: str) -> str:
+    """A command as Python printed it (a list's repr, or a string), as a shell line."""
+    import ast
+    import shlex
+
+    try:
+        value = ast.literal_eval(cmd.strip())
+    except (ValueError, SyntaxError):
+        return cmd.strip()
+    if isinstance(value, (list, tuple)):
+        return shlex.join(str(v) for v in value)
+    return str(value)
+
+
 def _command_name(cmd: str) -> str:
     """The executable's basename in a command as Python printed it: a list's repr
     (`['/x/iree-compile', '-']`) or a string (`iree-compile -`)."""
@@ -390,20 +406,21 @@ def signal_deaths(text: str) -> list[SignalDeath]:
     out: list[SignalDeath] = []
     seen: set[tuple[str, str, str]] = set()
 
-    def add(name: str, sig: str | None, line: str) -> None:
+    def add(name: str, sig: str | None, line: str, command: str = "") -> None:
         key = (name, sig or "", line)
         if sig and key not in seen:
             seen.add(key)
-            out.append(SignalDeath(name, sig, line))
+            out.append(SignalDeath(name, sig, line, command))
 
     for m in _IREE_TOOL.finditer(text):
         add(os.path.basename(m.group(1)), _signal_of(m.group(2)), m.group(0).splitlines()[0])
     for raw in text.splitlines():
         line = raw.strip()
         for m in _SUBPROCESS_DIED.finditer(line):
-            add(_command_name(m.group(1)), m.group(2), line)
+            add(_command_name(m.group(1)), m.group(2), line, _command_line(m.group(1)))
         for m in _SUBPROCESS_NEGATIVE.finditer(line):
-            add(_command_name(m.group(1)), _signal_of(m.group(2)), line)
+            add(_command_name(m.group(1)), _signal_of(m.group(2)), line,
+                _command_line(m.group(1)))
         for m in _COMPLETED.finditer(line):
             add(_command_name(m.group(1)), _signal_of(m.group(2)), line)
         shell = _SHELL_NAMED.search(line) or _SHELL_BARE.match(line)
