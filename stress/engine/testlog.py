@@ -173,6 +173,9 @@ _GTEST_PASSED = re.compile(r"^\[  PASSED  \] (\d+) tests?\.")
 _GTEST_FAILED_TOTAL = re.compile(r"^\[  FAILED  \] (\d+) tests?, listed below:")
 _GTEST_SKIPPED_TOTAL = re.compile(r"^\[  SKIPPED \] (\d+) tests?, listed below:")
 _GTEST_RAN = re.compile(r"^\[==========\] (\d+) tests? from \d+ test (?:suites?|cases?) ran\.")
+_GTEST_TOTALS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("passed", _GTEST_PASSED), ("failed", _GTEST_FAILED_TOTAL),
+    ("skipped", _GTEST_SKIPPED_TOTAL), ("ran", _GTEST_RAN))
 
 
 def gtest_summary(text: str) -> TestSummary | None:
@@ -183,21 +186,14 @@ def gtest_summary(text: str) -> TestSummary | None:
     counts: dict[str, int] = {}
     for line in text.splitlines():
         line = line.rstrip()
-        m = _GTEST_PASSED.match(line)
-        if m:
-            counts["passed"] = int(m.group(1))
-            continue
-        m = _GTEST_FAILED_TOTAL.match(line)
-        if m:
-            counts["failed"] = int(m.group(1))
-            continue
-        m = _GTEST_SKIPPED_TOTAL.match(line)
-        if m:
-            counts["skipped"] = int(m.group(1))
-            continue
-        m = _GTEST_RAN.match(line)
-        if m:
-            counts.setdefault("passed", 0)  # (0 tests ran: no PASSED line follows)
+        total = next(((k, t) for k, pattern in _GTEST_TOTALS for t in [pattern.match(line)]
+                      if t), None)
+        if total is not None:
+            key, found = total
+            if key == "ran":
+                counts.setdefault("passed", 0)  # (0 tests ran: no PASSED line follows)
+            else:
+                counts[key] = int(found.group(1))
             continue
         m = _GTEST_FAILED.match(line)
         if m and not _GTEST_NOT_AN_ID.match(m.group(1)):
