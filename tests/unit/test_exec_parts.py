@@ -192,3 +192,20 @@ def test_a_clean_exit_deletes_the_cores_its_children_left_and_a_failed_one_keeps
         assert not (user / "core").exists() and list(j.group.cores) == [child]
         j.finish(rc)
         assert (tmp_path / f"run-{rc}" / f"core.{child}").exists() is kept, rc
+
+
+@pytest.mark.slow  # two soaks of the CLI: ~20 s on a loaded 2-core machine
+def test_name_names_an_exec_program_and_a_resume_keeps_it(tmp_path: Path) -> None:
+    """issue 36: `--name` keeps two suites apart when their paths do not."""
+    import sqlite3
+
+    run = tmp_path / "run"
+    res = run_cli("soak", "--engine", "exec", "--name", "suite-a", "-d", "1s", "-q",
+                  "--results", str(run), "--", "/bin/true", cwd=tmp_path)
+    assert res.rc == 0, res.stderr[-2000:]
+    again = run_cli("soak", "--results", str(run), "--resume", "-d", "1s", "-q", cwd=tmp_path)
+    assert again.rc == 0, again.stderr[-2000:]
+    db = sqlite3.connect(run / "stress.db")
+    programs = {p for (p,) in db.execute("SELECT program FROM jobs")}
+    db.close()
+    assert programs == {"exec:suite-a"}
