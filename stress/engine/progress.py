@@ -134,7 +134,7 @@ class Progress:
             return
         what = {FailureClass.CRASH: f"crashed ({sig or 'non-zero exit'})",
                 FailureClass.HANG: "hung", FailureClass.TEARDOWN_HANG: "hung in teardown",
-                FailureClass.FAILED: "failed its tests (non-zero exit)"}[cls]
+                FailureClass.FAILED: "failed its tests (or ran none)"}[cls]
         job_text = f"{job.program} [{job.pattern}]" if job else "no job"
         where = f" -> {folder}" if folder else ""
         if self.cfg.engine == Engine.EXEC.value:  # no workers nor steps: the command's run
