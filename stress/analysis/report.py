@@ -24,7 +24,13 @@ from stress.analysis import (
 )
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import Rate, fmt_rate
-from stress.analysis.text import PATTERN_HEAD, failure_counts, pattern_rows, run_lines
+from stress.analysis.text import (
+    PATTERN_HEAD,
+    failure_counts,
+    pattern_rows,
+    run_lines,
+    tests_text,
+)
 from stress.store import counts
 from stress.store import summary as summary_mod
 from stress.vocab import Engine, FailureClass
@@ -357,8 +363,10 @@ def render_markdown(r: Report) -> str:
            first_screen(r, markdown=True), ""]
     for s in r.summaries:
         out.append(f"## Run `{s['run_id']}` (seed {s['seed']}, {s['status']})")
-        out.append(f"{s['jobs']:,} jobs, {s['invocations']:,} invocations in "
-                   f"{s['duration_s']:.1f} s; failures: {failure_counts(s['failures'])}")
+        took = f"in {s['duration_s']:.1f} s"
+        work = f" {took}; tests {tests_text(s)}" if s.get("engine") == Engine.EXEC.value \
+            else f", {s['invocations']:,} invocations {took}"  # (exec: one run a job)
+        out.append(f"{s['jobs']:,} jobs{work}; failures: {failure_counts(s['failures'])}")
         out.append("")
     for part in (_signature_lines(r, markdown=True), _correlation_lines(r, markdown=True),
                  _factor_lines(r, markdown=True), _exposure_lines(r, markdown=True)):
