@@ -88,6 +88,13 @@ _RUNNERS: frozenset[str] = frozenset({"pytest", "py.test", "ctest"})  # named by
 _SUITE_NAME_CHARS: int = 120  # a name that lists many test paths is cut (it stays distinct)
 
 
+def _exists(cwd: Path | None, name: str) -> bool:
+    try:
+        return cwd is not None and (cwd / name).exists()
+    except (OSError, ValueError):  # a name too long for a path (`python -c CODE`)
+        return False
+
+
 def _suite_paths(argv: Sequence[str], cwd: Path | None, runner: str) -> str:
     """The test paths a runner was given (operands that are paths: with a slash, a `.py`, or
     there in `cwd`; ctest's `--test-dir DIR`), a relative one prefixed with `cwd`'s name;
@@ -97,7 +104,7 @@ def _suite_paths(argv: Sequence[str], cwd: Path | None, runner: str) -> str:
         if argv[i - 1] == "--test-dir" or a.startswith("--test-dir="):
             a = a.split("=", 1)[-1]
         elif a.startswith("-") or "{" in a or (runner != "ctest" and a == runner) or \
-                not ("/" in a or a.endswith(".py") or (cwd is not None and (cwd / a).exists())):
+                not ("/" in a or a.endswith(".py") or _exists(cwd, a)):
             continue  # an option, a placeholder, the runner's module, an option's value
         a = a.split("::", 1)[0].rstrip("/") or "/"
         if not a.startswith("/") and cwd is not None:

@@ -229,7 +229,12 @@ def _relative(arg: str, cwd: Path) -> bool:
     value = arg.split("=", 1)[-1] if arg.startswith("-") else arg
     if not value or value.startswith(("/", "-")) or "://" in value:
         return False
-    return "/" in value or (cwd / value).exists()
+    if "/" in value:
+        return True
+    try:
+        return (cwd / value).exists()
+    except (OSError, ValueError):  # a name too long for a path (`python -c CODE`)
+        return False
 
 
 def recorded_command(args: list[str]) -> list[str]:

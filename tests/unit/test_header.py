@@ -97,6 +97,8 @@ def test_an_exec_rerun_line_with_relative_paths_says_where_it_ran(tmp_path: Path
     assert line("python", "-m", "pytest", "-q", "tests") == \
         f"cd {tmp_path} && iree-stress soak --engine exec --seed 3 -- python -m pytest -q tests"
     assert line("/opt/bin/t", "--rng-seed", "{seed}").startswith("iree-stress soak ")
+    assert line("python", "-c", "print(1)\n" * 40).startswith("iree-stress soak ")  # (a name
+    #   too long for a path is no path: it raised ENAMETOOLONG)
 
 
 def test_runs_that_differ_list_each_value_once() -> None:
