@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stress.vocab import ALL_CLASSES, Engine, FailureClass
+from stress.vocab import ALL_CLASSES, Engine, FailureClass, RunStatus
 
 EXIT_OUTCOMES: tuple[str, ...] = ("clean", "crash", "hang", "error")
 _CASE_LIMIT: int = 100_000  # program x pattern cases kept (JUnit); a corpus has ~800
@@ -309,9 +309,10 @@ def _command_processes(db: sqlite3.Connection, where: str, args: tuple[str, ...]
 
 
 def _ending(code: int | None, sig: str | None, reason: str | None) -> str:
-    if reason in ("hang", "teardown_hang", "unkillable (D state)", "reaped after SIGKILL"):
+    if reason in (FailureClass.HANG.value, FailureClass.TEARDOWN_HANG.value,
+                  "unkillable (D state)", "reaped after SIGKILL"):
         return "killed at a deadline"  # (hangs.py: the class, or unkillable; then reaped)
-    if reason in ("interrupted", "store error", "internal error"):
+    if reason in (RunStatus.INTERRUPTED.value, "store error", "internal error"):
         return "stopped with the run"  # (session._kill_all)
     if reason == "harness error":
         return "harness error"
