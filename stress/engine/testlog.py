@@ -86,6 +86,7 @@ _PYTEST_VERBOSE = re.compile(r"^(\S+::\S+?) (FAILED|ERROR)\b")
 _PYTEST_TOTALS = re.compile(r"^(?:=+ )?((?:\d+ [a-z]+(?:, )?)+) in [\d.]+s\b.*?(?: =+)?$")
 _PYTEST_COUNT = re.compile(r"(\d+) ([a-z]+)")
 _PYTEST_NONE = re.compile(r"^(?:=+ )?no tests ran in [\d.]+s\b")
+_PYTEST_COLLECTED = re.compile(r"^collected (\d+) items?\b")  # (not printed under -q)
 
 
 def pytest_summary(text: str) -> TestSummary | None:
@@ -115,6 +116,10 @@ def pytest_summary(text: str) -> TestSummary | None:
             counts, totals = {}, True
     if not failed and not verbose and not totals:
         return None
+    collected = next((m for line in text.splitlines()
+                      for m in [_PYTEST_COLLECTED.match(line)] if m), None)
+    if collected is not None:
+        counts["collected"] = int(collected.group(1))
     return TestSummary("pytest", failed or verbose, counts)
 
 
