@@ -81,7 +81,7 @@ def table(head: tuple[str, ...], rows: list[tuple[str, ...]], indent: str = "  "
 
 
 _TEST_COUNTS: tuple[str, ...] = ("passed", "failed", "errors", "skipped", "xfailed",
-                                  "xpassed", "deselected", "collected")  # in this order, those present
+                                  "xpassed", "deselected", "collected")  # in this order
 
 
 def tests_text(s: dict[str, Any]) -> str:
