@@ -145,6 +145,7 @@ def test_one_failing_job_count_in_the_report_its_json_the_gate_junit_and_html(
     assert (report["failing_jobs"]["failures"], report["failing_jobs"]["units"]) == (4, 5)
     gate = run_cli("gate", "--from", str(out), "--max-rate", "0.5", cwd=proj)
     assert "failing jobs  4/5 jobs = 80%" in gate.stdout, gate.stdout
+    assert "  data          5 jobs, shards 1/1" in gate.stdout  # (no "2 invocations")
     suite = ET.parse(tmp_path / "j.xml").getroot()
     assert int(suite.get("errors") or 0) + int(suite.get("failures") or 0) >= 1
     html = run_cli("report", str(out), "--format", "html", cwd=proj).stdout
