@@ -294,6 +294,10 @@ def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--done-regex", metavar="REGEX",
                      help="exec: the command's output line saying its work is done; an exit "
                           "later than --teardown-timeout after it is a teardown hang."),
+        click.option("--name", "exec_name", metavar="NAME",
+                     help="exec: the program's name in reports, compare, merge and known "
+                          "files (default: the runner and its test paths, "
+                          "`exec:pytest:proj/tests`)."),
         click.option("--record", is_flag=True,
                      help="native: record each job's HAL stream (kept for failures and a "
                           "bounded sample)."),
@@ -308,6 +312,7 @@ def apply_engine(opts: Any, kw: dict[str, Any]) -> Any:
     """Sets engine_options' values on SoakOptions."""
     opts.engine, opts.command = kw["engine"], list(kw["command"])
     opts.done_regex, opts.record = kw["done_regex"], kw["record"]
+    opts.name = kw.get("exec_name")
     return opts
 
 

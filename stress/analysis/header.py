@@ -20,7 +20,11 @@ _FOLDER_OPTIONS: frozenset[str] = frozenset({"--results"})
 
 
 def rerun_command(command: str) -> str:
-    """The recorded command line without its results folder (a rerun gets a fresh one)."""
+    """The recorded command line without its results folder (a rerun gets a fresh one);
+    a `cd DIR && ` before it (an exec command with relative paths) stays."""
+    where, sep, rest = command.partition(" && ")
+    if sep and where.startswith("cd "):
+        return f"{where}{sep}{rerun_command(rest)}"
     try:
         argv = shlex.split(command)
     except ValueError:

@@ -13,6 +13,7 @@ from typing import Any
 
 from stress.analysis import (
     correlation,
+    culprit,
     exposure,
     factors,
     gpuidle,
@@ -23,7 +24,13 @@ from stress.analysis import (
 )
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import Rate, fmt_rate
-from stress.analysis.text import PATTERN_HEAD, failure_counts, pattern_rows, run_lines
+from stress.analysis.text import (
+    PATTERN_HEAD,
+    failure_counts,
+    pattern_rows,
+    run_lines,
+    tests_text,
+)
 from stress.store import counts
 from stress.store import summary as summary_mod
 from stress.vocab import Engine, FailureClass
@@ -109,7 +116,9 @@ class Finding:
         """The lines under the headline, as (label, text)."""
         s = self.signature
         label = _label(s)
-        out = [(label, self.frames()),
+        who = culprit.culprit(s)
+        out = [(culprit.label(s) or "", who)] if who else []
+        out += [(label, self.frames()),
                ("how often", self.how_often()), ("where", self.where())]
         if self.others_tested:
             out.append(("other threads", self.others()))
@@ -131,7 +140,8 @@ class Finding:
         return {"id": s.id, "status": "known" if self.is_known else "new",
                 "known_as": self.known_as() or None,
                 "known": s.known.as_dict() if s.known else None, "what": self.what(),
-                "frames": self.frames(), "how_often": self.how_often(),
+                "frames": self.frames(), "culprit": culprit.culprit(self.signature),
+                "how_often": self.how_often(),
                 "rate": s.rate.as_dict() if s.rate else None, "where": self.where(),
                 "other_threads": self.others() if self.others_tested else None,
                 "evidence": s.example,
@@ -185,8 +195,12 @@ class Report:
         fail, before failing jobs), then what failed in how much."""
         t = self.totals
         runs = f"{t.runs} run(s)"  # a merged folder holds several runs in one store
+        work = f"{t.invocations:,} invocations"
+        if t.engines == {Engine.EXEC.value}:  # the user's command: jobs and its tests
+            work = f"{t.tests['ran']:,} tests run" if t.jobs_with_tests else \
+                "tests not counted"
         if not self.signatures:
-            return (f"No failures in {t.jobs:,} jobs ({t.invocations:,} invocations, {runs}); "
+            return (f"No failures in {t.jobs:,} jobs ({work}, {runs}); "
                     f"failing jobs at most {fmt_rate(self.overall.high)} "
                     f"({self.overall.confidence:.0%} upper bound).")
         jobs = (f"{self.overall.failures:,}/{self.overall.units:,} = "
@@ -198,11 +212,11 @@ class Report:
         exits = self.overall_exits
         if exits is None or not exits.failures:
             return (f"Jobs failing: {jobs}. {modes}, in {t.jobs:,} jobs "
-                    f"({t.invocations:,} invocations, {runs}).")
+                    f"({work}, {runs}).")
         return (f"Process exits failing: {exits.failures:,}/{exits.units:,} = "
                 f"{fmt_rate(exits.rate)} [{fmt_rate(exits.low)}, {fmt_rate(exits.high)}] "
                 f"({exits.confidence:.0%}). Jobs failing: {jobs}. {modes}, in {t.jobs:,} jobs "
-                f"and {exits.units:,} process exits ({t.invocations:,} invocations, {runs}).")
+                f"and {exits.units:,} process exits ({work}, {runs}).")
 
     def as_dict(self) -> dict[str, Any]:
         t = self.totals
@@ -349,8 +363,10 @@ def render_markdown(r: Report) -> str:
            first_screen(r, markdown=True), ""]
     for s in r.summaries:
         out.append(f"## Run `{s['run_id']}` (seed {s['seed']}, {s['status']})")
-        out.append(f"{s['jobs']:,} jobs, {s['invocations']:,} invocations in "
-                   f"{s['duration_s']:.1f} s; failures: {failure_counts(s['failures'])}")
+        took = f"in {s['duration_s']:.1f} s"
+        work = f" {took}; tests {tests_text(s)}" if s.get("engine") == Engine.EXEC.value \
+            else f", {s['invocations']:,} invocations {took}"  # (exec: one run a job)
+        out.append(f"{s['jobs']:,} jobs{work}; failures: {failure_counts(s['failures'])}")
         out.append("")
     for part in (_signature_lines(r, markdown=True), _correlation_lines(r, markdown=True),
                  _factor_lines(r, markdown=True), _exposure_lines(r, markdown=True)):
@@ -457,7 +473,9 @@ EXIT_PATH_HEAD: tuple[str, ...] = ("exit path", "exits", "teardown failures", "p
 
 def _exposure_lines(r: Report, markdown: bool) -> str:
     parts = []
-    if len(r.summaries) > 1:  # each run's table is under its run line
+    if r.totals.engines == {Engine.EXEC.value}:
+        pass  # the user's command: no patterns nor invocations (the run lines' counts)
+    elif len(r.summaries) > 1:  # each run's table is under its run line
         parts.append(_table("Exposures, all runs", EXPOSURE_HEAD, exposure_rows(r), markdown))
     elif markdown:
         parts.append(_table("Exposures", EXPOSURE_HEAD, exposure_rows(r), markdown))

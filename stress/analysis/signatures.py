@@ -392,7 +392,9 @@ def _place(s: Signature, row: dict[str, Any], conc: dict[str, str]) -> None:
         s.programs[row["program"]] += 1
     s.concurrency[conc.get(row["run_id"], "?")] += 1
     jk, pk = exp.job_key(row), exp.proc_key(row)
-    if jk and exp.exposure_of(row) is exp.Exposure.JOB:
+    if jk:  # a failure rated per process exit still fails the job it ended (an exec job's
+        #   crash after its summary line): one definition of a failing job for the report,
+        #   the gate, the JSON, JUnit and HTML (issue 36 item 9)
         s.jobs.add(jk)
     if pk:
         s.procs.add(pk)

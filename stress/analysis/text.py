@@ -80,9 +80,60 @@ def table(head: tuple[str, ...], rows: list[tuple[str, ...]], indent: str = "  "
     return "\n".join([line(head), *(line(r) for r in rows)])
 
 
+_TEST_COUNTS: tuple[str, ...] = ("passed", "failed", "errors", "skipped", "xfailed",
+                                  "xpassed", "deselected", "collected")  # in this order
+
+
+def tests_text(s: dict[str, Any]) -> str:
+    """An exec run's tests as its runners counted them: `24 run in 8 jobs (3.0 a job): 22
+    passed, 2 failed, 1 skipped`, and the jobs that ran none."""
+    t = s.get("tests")
+    if not t:
+        return "not counted (no test runner's summary was seen in the output)"
+    jobs = t["jobs_with_counts"]
+    parts = ", ".join(f"{t[k]:,} {k}" for k in _TEST_COUNTS if t.get(k))
+    none = f"; {t['jobs_without_a_test']:,} job(s) ran no test (flagged, not clean)" \
+        if t.get("jobs_without_a_test") else ""
+    return (f"{t['ran']:,} run in {jobs:,} job(s) ({t['ran'] / jobs:.1f} a job)"
+            f"{': ' + parts if parts else ''}{none}")
+
+
+def command_processes_text(s: dict[str, Any]) -> str:
+    """How an exec run's command processes ended: `12: exited 0 9, killed by a signal 3`."""
+    c = dict(s.get("command_processes") or {})
+    total = c.pop("total", 0)
+    return f"{total:,}" + (": " + ", ".join(f"{k} {v:,}" for k, v in sorted(
+        c.items(), key=lambda kv: _ENDINGS.index(kv[0]) if kv[0] in _ENDINGS else 9)) if c
+        else "")
+
+
+_ENDINGS: tuple[str, ...] = ("exited 0", "exited non-zero", "killed by a signal",
+                             "killed at a deadline", "stopped with the run", "harness error")
+
+
+def exec_lines(s: dict[str, Any]) -> list[str]:
+    """An exec run's status and counts: jobs, the tests they ran, the command's processes
+    (no invocations, patterns or device releases: the command's own business)."""
+    reason = (s.get("stop_reason") or "").replace("planned invocations", "planned jobs")
+    lines = [f"run {s['run_id']}  {s['status']} ({reason})",
+             f"  results   {s['results_dir']}",
+             f"  jobs      {s['jobs']:,} in {s['duration_s']:.1f} s (one run of the command "
+             "each)",
+             f"  tests     {tests_text(s)}",
+             f"  command processes  {command_processes_text(s)}"]
+    for r in s.get("runs") or []:  # a merged folder: each run's own
+        lines.append(f"    {r['run_id']}: {r['status']}, {r['jobs']:,} jobs in "
+                     f"{r.get('duration_s', 0):.1f} s")
+    if s["failed"]:
+        lines += ["", f"  failures  {failure_counts(s['failures'])}"]
+    return lines
+
+
 def run_lines(s: dict[str, Any]) -> list[str]:
     """The run's status and counts (without the header)."""
     engine = Engine.of((s.get("engine") or "python").split("+")[0])
+    if engine is Engine.EXEC and s.get("engine") == Engine.EXEC.value:
+        return exec_lines(s)
     ex = s.get("exposures") or {}
     pe = ex.get("process_exits")
     lines = [f"run {s['run_id']}  {s['status']} ({s.get('stop_reason') or ''})",
@@ -120,6 +171,8 @@ def summary_table(s: dict[str, Any]) -> str:
             sig = f" {f['signal']}" if f.get("signal") else ""
             where = f"in {job['program']} [{job['pattern']}]" if job["program"] else \
                 "in no job (driver probe, worker start-up or exit)"
+            if s.get("engine") == Engine.EXEC.value and job["program"]:
+                where = f"in job {job['index']} ({job['program']})"
             lines.append(f"    {f['class']}{sig} at {f['last_step']} {where} -> "
                          f"{f['artifacts'] or '-'}")
     sigs = s.get("signatures", [])

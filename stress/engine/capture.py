@@ -274,9 +274,12 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
         crash = rec.read_crash(core_pid, core_exe, core_dir, stderr if child is None else "",
                                since_wall=h.started_wall, tids=tids)
     folder = rec.new_folder(cls, h.name) if full else None
+    judged = h.judge.facts() if h.judge is not None else {}
     what = f"killed by {sig}" if sig and child is None else f"exited with status {rc}"
     if rc == 0:
         what = "exited 0 before finishing its jobs"
+        if (judged.get("tests") or {}).get("ran") == 0:
+            what = "exited 0, but its test runner ran no test (flagged: not a clean job)"
     if child is not None:
         what += f"; {child.describe()},"
     when = f"at {failed_step}, after its work was done and reported, before its exit" \
@@ -287,8 +290,7 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
     facts: dict[str, Any] = {"stack_source": "pending" if crash else "none"}
     if budget is not None:
         facts["evidence_budget"] = budget
-    if h.judge is not None:
-        facts.update(h.judge.facts())
+    facts.update(judged)
     if child is not None:
         facts["child_crash"] = child.as_dict()
     meta = {"class": cls.value, "signal": sig, "exit_code": rc, "said_bye": said_bye,

@@ -37,6 +37,7 @@ import fnmatch
 import glob
 import os
 import re
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,7 @@ class ChildCrash:
     exe: str | None = None
     line: str = ""
     tids: list[int] = field(default_factory=list)
+    command: str = ""  # its whole command line, when it was seen alive
 
     def describe(self) -> str:
         who = self.name or "a process"
@@ -89,7 +91,8 @@ class ChildCrash:
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "signal": self.signal, "source": self.source,
-                "pid": self.pid, "exe": self.exe, "line": self.line or None}
+                "pid": self.pid, "exe": self.exe, "line": self.line or None,
+                "command": self.command or None}
 
 
 def core_name_globs(pattern: str, uses_pid: bool) -> list[str]:
@@ -168,6 +171,8 @@ class GroupWatch:
         self.dirs: dict[Path, None] = {cwd: None}
         self.absolute = bool(self.globs) and self.globs[0].startswith("/")
         self.names: dict[int, str] = {}  # pid -> comm of the group's processes seen
+        self.cmdlines: dict[int, str] = {}  # pid -> its whole command line, as last seen
+        #   (a core's psargs keeps 80 bytes of it)
         self.tids: dict[int, int] = {}  # tid -> its process, for kernel log lines
         self.cores: dict[int, tuple[Path, postmortem.CoreNotes]] = {}  # pid -> where, notes
         self.waiting: dict[Path, int] = {}  # cores still being written: path -> pid
@@ -200,6 +205,10 @@ class GroupWatch:
             try:  # every tick: a forked child execs its program, a compiler starts its
                 #   thread pool, after their first sample
                 self.names[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+                if len(self.cmdlines) < SEEN_KEPT or pid in self.cmdlines:
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0")
+                    self.cmdlines[pid] = shlex.join(a.decode(errors="replace")
+                                                    for a in argv.split(b"\0"))
                 tasks = os.listdir(f"/proc/{pid}/task")
             except OSError:
                 continue
@@ -296,7 +305,8 @@ class GroupWatch:
             pid, (path, notes) = next(iter(self.cores.items()))
             sig = procstate.signal_name(notes.signal) or f"signal {notes.signal}"
             return ChildCrash(notes.name or self.names.get(pid, ""), sig, "core", pid, path,
-                              notes.executable(), notes.args, notes.tids)
+                              notes.executable(), self.cmdlines.get(pid) or notes.args,
+                              notes.tids, self.cmdlines.get(pid, ""))
         if hits:
             comm, tid, sig, line = hits[0]
             self.claimed[tid] = None
@@ -307,7 +317,8 @@ class GroupWatch:
             #   sample (python's forked child became iree-compile): a main thread's comm is
             #   its process's name at the crash (another thread's comm is the thread's own)
             name = comm if tid == pid and seen[:_COMM_LEN] != comm[:_COMM_LEN] else seen
-            return ChildCrash(name, sig, "kernel log", pid, None, None, line.strip(), [tid])
+            return ChildCrash(name, sig, "kernel log", pid, None, None, line.strip(), [tid],
+                              self.cmdlines.get(pid, ""))
         if deaths:
             d = deaths[0]
             return ChildCrash(d.name, d.signal, "output", line=d.line)

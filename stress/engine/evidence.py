@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -281,10 +282,12 @@ class HangEvidence:
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
 
-    def files(self, pid: int) -> dict[str, str]:
+    def files(self, pid: int, own: Collection[int] = ()) -> dict[str, str]:
         """The failure folder's files for process `pid`: stacks.txt, threads.json,
-        kernel.log, telemetry_before.json."""
-        return {**self.processes[pid].files(), "kernel.log": self.kernel_log.text,
+        kernel.log (the faults of its own threads and of `own`, the other processes' threads
+        of its job, kept: another process's are not its evidence), telemetry_before.json."""
+        tids = {pid, *self.processes[pid].samples, *own}
+        return {**self.processes[pid].files(), "kernel.log": self.kernel_log.only(tids).text,
                 "telemetry_before.json": json.dumps(self.telemetry, indent=1)}
 
 
@@ -397,8 +400,23 @@ def repro_command(cfg: SoakConfig, job: Job | None) -> str:
     repro FOLDER` on the script's own folder, which reruns exactly its job (program, pattern,
     input seed; or the user's command, IREE's tool; env, cwd, deadlines: all from the run's
     store) and writes the reruns under the folder (options after `sh repro.sh`, such as
-    `--times 5`, are passed on)."""
-    return f'exec iree-stress repro {_THIS_FOLDER} "$@"'
+    `--times 5`, are passed on). The tool is named by the interpreter that ran it (absolute,
+    `-m stress`: issue 36 item 12, `iree-stress` need not be on PATH), and by the folder it
+    was imported from when that came through PYTHONPATH (a source checkout)."""
+    return f'exec {tool_command()} repro {_THIS_FOLDER} "$@"'
+
+
+def tool_command() -> str:
+    """A shell command that runs this very iree-stress from anywhere: its interpreter's
+    absolute path with `-m stress`, `env PYTHONPATH=...` before it when the package was found
+    through PYTHONPATH."""
+    import shlex
+
+    home = str(Path(__file__).resolve().parents[2])  # the folder that holds `stress/`
+    given = [str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+             if p]
+    path = f"env PYTHONPATH={shlex.quote(home)} " if home in given else ""
+    return f"{path}{shlex.quote(os.path.abspath(sys.executable))} -m stress"
 
 
 def _repro_comment(cfg: SoakConfig, job: Job | None = None) -> str:

@@ -42,8 +42,8 @@ PLACEHOLDERS: tuple[str, ...] = ("seed", "job", "gpu")
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 _LAUNCHERS: frozenset[str] = frozenset({
     "python", "python3", "sh", "bash", "env", "timeout", "taskset", "numactl", "uv",
-    "pytest"})  # a command whose own name says little: the program is its first operand
-#   (ctest is not one: its operands are option values; `exec:ctest` groups a ctest run)
+    })  # a command whose own name says little: the program is its first operand (a test
+#   runner is named by its test paths instead: _RUNNERS)
 OUTPUT_KEY_LINES: int = 3  # last non-empty lines of output in a signature: enough to tell
 #   "SIGSEGV after 'Tests passed'" from a failed assertion, few enough to stay stable
 _OUTPUT_KEY_LINE_CHARS: int = 160
@@ -58,19 +58,61 @@ def substitute(argv: Sequence[str], values: Mapping[str, object]) -> list[str]:
     return [_PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), a) for a in argv]
 
 
-def program_name(argv: Sequence[str]) -> str:
-    """A stable name for the command, so reports group its jobs: `exec:NAME` with NAME the
-    command's basename, or for a launcher (python, sh, ctest, ...) that and the basename of
-    its first operand (`exec:python:test_device.py`). Pure."""
+def program_name(argv: Sequence[str], cwd: Path | None = None, name: str | None = None
+                 ) -> str:
+    """A stable name for the command, so reports group its jobs and keep two suites apart:
+    `exec:NAME` with NAME `name` (`--name`) when given; else the command's basename, or for a
+    launcher (python, sh, pytest, ...) that and its first operand's basename
+    (`exec:python:test_device.py`); for a test runner (pytest, also as `python -m pytest`;
+    ctest) the runner and the paths it was given, where the folder it ran in prefixes a
+    relative one (`exec:pytest:proj/tests`; none given: the folder, `exec:ctest:build`), so
+    two suites run by `python -m pytest` are two programs. Pure but for `cwd`'s listing."""
+    if name:
+        return f"exec:{name}"
     if not argv:
         return "exec:?"
     head = os.path.basename(argv[0])
+    operands = [a for a in argv[1:] if not a.startswith("-") and "=" not in a]
+    module = argv[argv.index("-m") + 1] if "-m" in argv[1:-1] else None
+    runner = module if module in _RUNNERS else re.sub(r"[\d.]+$", "", head) \
+        if re.sub(r"[\d.]+$", "", head) in _RUNNERS else None
+    if runner is not None:
+        return f"exec:{runner}:{_suite_paths(argv, cwd, runner)}"
     name = head
-    if re.sub(r"[\d.]+$", "", head) in _LAUNCHERS:
-        operand = next((a for a in argv[1:] if not a.startswith("-") and "=" not in a), None)
-        if operand is not None:
-            name = f"{head}:{os.path.basename(operand.rstrip('/'))}"
+    if re.sub(r"[\d.]+$", "", head) in _LAUNCHERS and operands:
+        name = f"{head}:{os.path.basename(operands[0].rstrip('/'))}"
     return f"exec:{name}"
+
+
+_RUNNERS: frozenset[str] = frozenset({"pytest", "py.test", "ctest"})  # named by their paths
+_SUITE_NAME_CHARS: int = 120  # a name that lists many test paths is cut (it stays distinct)
+
+
+def _exists(cwd: Path | None, name: str) -> bool:
+    try:
+        return cwd is not None and (cwd / name).exists()
+    except (OSError, ValueError):  # a name too long for a path (`python -c CODE`)
+        return False
+
+
+def _suite_paths(argv: Sequence[str], cwd: Path | None, runner: str) -> str:
+    """The test paths a runner was given (operands that are paths: with a slash, a `.py`, or
+    there in `cwd`; ctest's `--test-dir DIR`), a relative one prefixed with `cwd`'s name;
+    none: `cwd`'s name."""
+    paths: list[str] = []
+    for i, a in enumerate(argv[1:], 1):
+        if argv[i - 1] == "--test-dir" or a.startswith("--test-dir="):
+            a = a.split("=", 1)[-1]
+        elif a.startswith("-") or "{" in a or (runner != "ctest" and a == runner) or \
+                not ("/" in a or a.endswith(".py") or _exists(cwd, a)):
+            continue  # an option, a placeholder, the runner's module, an option's value
+        a = a.split("::", 1)[0].rstrip("/") or "/"
+        if not a.startswith("/") and cwd is not None:
+            a = f"{cwd.name}/{a}" if a != "." else cwd.name
+        paths.append(a)
+    if not paths:
+        return cwd.name if cwd is not None else "."
+    return ",".join(dict.fromkeys(paths))[:_SUITE_NAME_CHARS]
 
 
 def normalize_line(line: str) -> str:
@@ -79,9 +121,13 @@ def normalize_line(line: str) -> str:
     return blank_numbers(_PATH.sub("<path>", line.strip()))[:_OUTPUT_KEY_LINE_CHARS]
 
 
-def output_key(text: str, lines: int = OUTPUT_KEY_LINES) -> list[str]:
-    """The last `lines` non-empty lines of `text`, normalized (for signatures). Pure."""
-    kept = [normalize_line(x) for x in text.splitlines() if x.strip()]
+def output_key(text: str, lines: int = OUTPUT_KEY_LINES,
+               skip: re.Pattern[str] | None = None) -> list[str]:
+    """The last `lines` non-empty lines of `text`, normalized (for signatures), but those
+    matching `skip` (the done marker: a runner's "3 passed in 2.1s" says nothing of what
+    failed after it). Pure."""
+    kept = [normalize_line(x) for x in text.splitlines()
+            if x.strip() and (skip is None or not skip.search(x))]
     return kept[-lines:]
 
 
@@ -150,6 +196,10 @@ class ExecJudge:
     exe: str = ""  # the command's program, resolved (its core's executable)
     step: str = RUN_STEP  # blamed when nothing else names a step
     runner: ExecRunner | None = None  # told of the exit (a crashed copy's core in the cwd)
+    name: str = ""  # what a user calls the command's process (`pytest`): testlog.command_name
+    cwd: Path | None = None  # where the command runs (test paths are shown relative to it)
+    runner_marker: bool = False  # the marker is the test runner's own summary (no
+    #   --done-regex): a plain non-zero status after it is its tests' verdict, not its exit's
 
     def done_ns(self, now_ns: int) -> int | None:
         return self.output.poll(now_ns)
@@ -184,12 +234,18 @@ class ExecJudge:
         if self.group is not None and rc == 0:
             self.group.discard()
         done = self.done_ns(time.monotonic_ns()) is not None
+        if done and rc > 0 and self.runner_marker:
+            done = False  # "1 failed, 3 passed", then exit 1: failed while running
+        tests = self.tests()
+        if rc == 0 and tests.ran() == 0:
+            return []  # a job that ran no test is not clean (capture: `failed`, said why)
         if not (done or rc == 0) or self.job is None:
             return []
         res = JobResult(invocations=1, ok=int(rc == 0))
         res.add_latency((time.monotonic_ns() - self.started_ns) / 1e9)
         payload = {"job": self.job.as_dict(), "started": self.started_wall,
-                   "ended": time.time(), "result": res.as_dict(), "pid": self.pid}
+                   "ended": time.time(), "result": res.as_dict(), "pid": self.pid,
+                   **({"tests": tests.counted()} if tests.runner else {})}
         if rc == 0 and not self.keep_logs:
             for p in self.logs:  # a clean job's output is not evidence of anything
                 p.unlink(missing_ok=True)
@@ -200,26 +256,51 @@ class ExecJudge:
         of exec jobs use, whether the done marker was seen, the runner's failing tests and
         the processes the output says died by a signal (`testlog`)."""
         text = "".join(_tail(p) for p in self.logs)
-        out: dict[str, Any] = {"output_key": output_key(text), "done_marker_seen":
+        out: dict[str, Any] = {"output_key": output_key(text, skip=self.output.pattern),
+                               "done_marker_seen":
                                self.output.matched_ns is not None}
         report = "".join(_tail(p, _REPORT_BYTES) for p in self.logs)
         tests = testlog.summarize(report)
         if tests.runner:
             out["tests"] = tests.as_dict()
+        if tests.ran() == 0:  # its mode is "no test ran", whatever it printed last
+            counts = ", ".join(f"{n} {k}" for k, n in tests.counts.items() if n)
+            out["output_key"] = [normalize_line(f"{tests.runner} ran no test"
+                                                f"{f' ({counts})' if counts else ''}")]
         deaths = testlog.signal_deaths(report)
         if deaths:
             out["signal_deaths"] = [d.as_dict() for d in deaths[:_DEATHS_KEPT]]
+        out["command_name"] = self.name
+        running = testlog.running_test(report, str(self.cwd) if self.cwd else None)
+        if deaths and tests.failed:  # a process a test started died: the test that failed
+            running = next((t for t in tests.failed if any(
+                t in line for line in report.splitlines() if deaths[0].name in line)),
+                tests.failed[0])
+        if running:
+            out["running_test"] = running
         if self.group is not None:
             out["group"] = self.group.summary()
         return out
+
+    def tests(self) -> testlog.TestSummary:
+        """What the test runner printed about its tests (`testlog.summarize`)."""
+        return testlog.summarize("".join(_tail(p, _REPORT_BYTES) for p in self.logs))
 
     def signal_deaths(self) -> list[testlog.SignalDeath]:
         """The processes the command's output says died by a signal (`testlog`)."""
         return testlog.signal_deaths("".join(_tail(p, _REPORT_BYTES) for p in self.logs))
 
     def child_crash(self) -> ChildCrash | None:
-        """The process of its group killed by a signal (`children.GroupWatch.crashed`)."""
-        return self.group.crashed(self.signal_deaths()) if self.group is not None else None
+        """The process of its group killed by a signal (`children.GroupWatch.crashed`), with
+        its whole command line from the output when it was not seen alive."""
+        if self.group is None:
+            return None
+        deaths = self.signal_deaths()
+        child = self.group.crashed(deaths)
+        if child is not None and not child.command:
+            child.command = next((d.command for d in deaths
+                                  if d.name == child.name and d.command), "")
+        return child
 
     def add_evidence(self, folder: Path) -> None:
         """Nothing of its own: its output is in the folder already."""
@@ -279,7 +360,7 @@ class ExecRunner:
                  popen: Callable[..., Any] = subprocess.Popen):
         command.validate()
         self.command = command
-        self.pattern = re.compile(command.done_regex) if command.done_regex else None
+        self.pattern = re.compile(command.done_regex or testlog.done_marker(command.argv))
         self.parent_pid = parent_pid if parent_pid is not None else os.getpid()
         self.popen = popen
         self.slots = Slots()  # {gpu}: the copy's slot among those running
@@ -356,7 +437,9 @@ class ExecRunner:
                             spec.teardown_timeout_s, OutputWatch((out_path, err_path),
                                                                  self.pattern),
                             (out_path, err_path), group,
-                            exe=resolve_executable(argv[0], cwd, env), runner=self)
+                            exe=resolve_executable(argv[0], cwd, env), runner=self,
+                            name=testlog.command_name(argv), cwd=cwd,
+                            runner_marker=self.command.done_regex is None)
         h.cwd = cwd
         return h
 
@@ -371,7 +454,8 @@ ONE_RUN_SCALE: float = 1 / 20  # jobs.invocations_for gives a pattern it does no
 #   invocations per job; an exec job is one run of the command
 
 
-def exec_program(argv: Sequence[str]) -> Program:
+def exec_program(argv: Sequence[str], cwd: Path | None = None, name: str | None = None
+                 ) -> Program:
     """The command as the schedule's one "program" (its name groups reports: program_name)."""
-    return Program(name=program_name(argv), kind="exec", op="exec", dtype="none", args=(),
-                   results=(Arg((1,), "none"),), mlir="", source="exec")
+    return Program(name=program_name(argv, cwd, name), kind="exec", op="exec", dtype="none",
+                   args=(), results=(Arg((1,), "none"),), mlir="", source="exec")

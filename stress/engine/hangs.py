@@ -277,7 +277,7 @@ def _finish_stuck(rec: Recorder, boss: Supervisor, stuck: list[tuple[WorkerHandl
             facts.update(h.judge.facts())
         exposure = "process_exit" if st.step is Step.WORKER_EXIT else None
         rec.write_evidence(folder, h, job, attr, {
-            **hang.files(h.pid),
+            **hang.files(h.pid, _group_tids(h)),
             "telemetry_after.json": json.dumps(after, indent=1),
             "failure.json": json.dumps({"class": cls.value, "last_step": attr.last_step,
                                         "in_flight": attr.in_flight, "timing": timing,
@@ -290,6 +290,15 @@ def _finish_stuck(rec: Recorder, boss: Supervisor, stuck: list[tuple[WorkerHandl
         rec.end_worker(h, rc, reason, "hang")
         yield h, Ending(rerun=rerun_jobs(h, job), replace=True,
                         failed=failed_outcome(cls, h, job))
+
+
+def _group_tids(h: WorkerHandle) -> list[int]:
+    """The threads and processes of an exec job's group seen alive (`children.GroupWatch`):
+    its kernel log keeps their faults too."""
+    group = getattr(h.judge, "group", None)
+    if group is None:
+        return []
+    return [*group.tids, *group.tids.values(), *group.names]
 
 
 _GIL_WAIT: tuple[str, ...] = ("take_gil", "PyEval_RestoreThread", "PyEval_AcquireThread",

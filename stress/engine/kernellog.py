@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from stress.engine.procstate import run_bounded
@@ -34,6 +34,7 @@ class KernelLog:
     lines: list[str] = field(default_factory=list)
     note: str | None = None
     since_wall: float = 0.0
+    left_out: int = 0  # fault lines of other processes dropped (`only`)
 
     @property
     def text(self) -> str:
@@ -41,6 +42,9 @@ class KernelLog:
         head = (f"# kernel log via {self.source} since "
                 f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(self.since_wall))}Z"
                 if self.source else f"# kernel log not readable: {self.note}")
+        if self.left_out:
+            head += (f"\n# {self.left_out} line(s) about faults of other processes (not this "
+                     "job's) left out")
         if self.source and not self.lines:
             head += "\n# (nothing logged since then)"
         return head + "\n" + "".join(line + "\n" for line in self.lines)
@@ -54,6 +58,31 @@ class KernelLog:
                 for m in [stamp.match(line)]]
 
 
+    def only(self, tids: Collection[int]) -> KernelLog:
+        """This log without the lines about a fault of a process whose thread is not in
+        `tids` (`comm[tid]: segfault at ...`, `traps: comm[tid] general protection ...` and
+        the `Code:` line after one): another process's crash, another copy's, is not this
+        job's evidence. Lines naming no process (a GPU's Xid, a reset) stay. Pure."""
+        kept: list[str] = []
+        dropped = 0
+        skip_code = False
+        for line in self.lines:
+            body = _STAMP.sub("", line)
+            if skip_code and body.startswith("Code:"):
+                dropped += 1
+                continue
+            m = _FAULT_OF.search(body)
+            skip_code = m is not None and int(m.group(1)) not in tids
+            if skip_code:
+                dropped += 1
+                continue
+            kept.append(line)
+        return KernelLog(self.source, kept, self.note, self.since_wall,
+                         self.left_out + dropped)
+
+
+_FAULT_OF = re.compile(r"(?:^|\s)\S+\[(\d+)\]:? (?:segfault at|general protection|trap )")
+_STAMP = re.compile(r"^(?:\[\s*\d+\.\d+\]|\d+\.\d+ \S+ kernel:)\s*")
 _DMESG_TIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
 _JOURNAL_TIME = re.compile(r"^(\d+\.\d+)\s")
 

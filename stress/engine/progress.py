@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from stress.ui import Status, duration_text, red
-from stress.vocab import ALL_CLASSES, FailureClass
+from stress.vocab import ALL_CLASSES, Engine, FailureClass
 
 if TYPE_CHECKING:
     from stress.engine.attribution import Attribution
@@ -82,6 +82,8 @@ class Progress:
         elapsed = now - s.soak_started
         if self.cfg.repro_class:
             return self.repro_line(elapsed)
+        if self.cfg.engine == Engine.EXEC.value:
+            return self.exec_line(elapsed)
         fails = " ".join(f"{c}={s.failures_by_class[c]}" for c in ALL_CLASSES
                          if s.failures_by_class[c])
         total = sum(s.failures_by_class.values())
@@ -89,6 +91,20 @@ class Progress:
                 f"jobs {s.jobs_ended:,}  {self.processes()}  restarts {s.restarts}  "
                 f"failures {total}{' (' + fails + ')' if fails else ''}  "
                 f"{self.remaining(elapsed)}")
+
+    def exec_line(self, elapsed: float) -> str:
+        """An exec run's: runs of the command ended and running, failures, what is left (no
+        invocations: one job is one run of the command)."""
+        s = self.s
+        fails = ", ".join(f"{c} {s.failures_by_class[c]}" for c in ALL_CLASSES
+                          if s.failures_by_class[c])
+        running = sum(1 for p in self.workers.values() if p.ephemeral)
+        left = self.remaining(elapsed) if self.cfg.duration_s else \
+            f"of {self.cfg.invocations:,} planned" if self.cfg.invocations else ""
+        left = f" {left}" if left else ""
+        return (f"[{elapsed:6.1f}s] command runs: {s.processes_ended:,} ended{left}, "
+                f"{running} running  failures {sum(s.failures_by_class.values())}"
+                f"{' (' + fails + ')' if fails else ''}")
 
     def repro_line(self, elapsed: float) -> str:
         """`iree-stress repro`: runs of the one job done, and how many failed the same way
@@ -118,9 +134,14 @@ class Progress:
             return
         what = {FailureClass.CRASH: f"crashed ({sig or 'non-zero exit'})",
                 FailureClass.HANG: "hung", FailureClass.TEARDOWN_HANG: "hung in teardown",
-                FailureClass.FAILED: "failed its tests (non-zero exit)"}[cls]
+                FailureClass.FAILED: "failed its tests (or ran none)"}[cls]
         job_text = f"{job.program} [{job.pattern}]" if job else "no job"
         where = f" -> {folder}" if folder else ""
+        if self.cfg.engine == Engine.EXEC.value:  # no workers nor steps: the command's run
+            when = " at its exit" if attr.last_step == "worker-exit" else ""
+            self.status.say(f"{red('FAIL', self.status.stream)} job "
+                            f"{job.index if job else '?'} (copy {h.name}) {what}{when}{where}")
+            return
         self.status.say(f"{red('FAIL', self.status.stream)} worker {h.name} {what} while "
                         f"running {job_text}, last step {attr.last_step}{where}")
 

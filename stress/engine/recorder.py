@@ -169,6 +169,7 @@ class Recorder:
             self.batch_exits[h.batch] += 1
             order = self.batch_exits[h.batch]
         pattern = job.pattern if job else ("pool" if not h.ephemeral else None)
+        self.tally.processes_ended += 1
         self.store.end_worker(h.db_row, rc, signal_name(rc), reason, facts or None,
                               outcome=outcome, device_used=int(bool(h.recent)),
                               pattern=pattern, job_index=job.index if job else None,

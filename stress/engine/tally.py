@@ -24,6 +24,7 @@ class RunTally:
     failures_by_class: Counter[str] = field(default_factory=Counter)
     restarts: int = 0
     jobs_not_started: int = 0  # given back unrun by workers told to stop (jobs_dropped)
+    processes_ended: int = 0  # worker (exec: command) processes whose end was recorded
 
     def job_ended(self, pattern: str, invocations: int, errors: int, miscompares: int) -> bool:
         """One job_done message; returns whether the job failed. --max-failures counts failed

@@ -41,6 +41,7 @@ class SoakOptions:
     engine: str = Engine.PYTHON.value  # python | exec (the command after `--`) | native
     command: list[str] = field(default_factory=list)  # exec: argv after `--`
     done_regex: str | None = None  # exec: the command's "work finished" line
+    name: str | None = None  # exec: the program's name (--name; default: execrunner's)
     record: bool = False  # native: record HAL replays
     cwd: Path | None = None  # exec: where the command runs (default: here)
     max_jobs_per_worker: int | None = None  # retire pool workers after this many jobs
@@ -62,4 +63,5 @@ class SoakOptions:
                 "teardown_timeout_s": self.teardown_timeout_s, "inject": self.inject,
                 "shard": self.shard, "job_seed": self.job_seed, "artifacts": self.artifacts,
                 "engine": self.engine, "command": self.command, "done_regex": self.done_regex,
-                "record": self.record}
+                "record": self.record,
+                **({"name": self.name} if self.name else {})}  # (keys of older plans kept)

@@ -19,7 +19,7 @@ from stress.errors import UsageError
 from stress.programs import corpus, targets, userprog
 from stress.programs.program import Program
 from stress.soak.options import SoakOptions
-from stress.vocab import Family, family
+from stress.vocab import Engine, Family, family
 
 if TYPE_CHECKING:
     from stress.engine.execrunner import ExecCommand
@@ -216,7 +216,25 @@ def command_line(opts: SoakOptions, seed: int) -> str:
     if opts.seed is None or (opts.resume and "seed" not in opts.given):
         extra += ["--seed", str(seed)]
     cut = argv.index("--") if "--" in argv else len(argv)  # ours, not the exec command's
-    return shlex.join([*argv[:cut], *extra, *argv[cut:]])
+    line = shlex.join([*argv[:cut], *extra, *argv[cut:]])
+    where = (opts.cwd or Path.cwd()).resolve()
+    if Engine.of(opts.engine) is Engine.EXEC and any(_relative(a, where) for a in argv[2:]):
+        return f"cd {shlex.quote(str(where))} && {line}"  # reproduces from anywhere
+    return line
+
+
+def _relative(arg: str, cwd: Path) -> bool:
+    """`arg` names a path relative to `cwd` (it has a slash and does not start with one, or
+    it is there: `tests`), so a rerun from elsewhere would name another file."""
+    value = arg.split("=", 1)[-1] if arg.startswith("-") else arg
+    if not value or value.startswith(("/", "-")) or "://" in value:
+        return False
+    if "/" in value:
+        return True
+    try:
+        return (cwd / value).exists()
+    except (OSError, ValueError):  # a name too long for a path (`python -c CODE`)
+        return False
 
 
 def recorded_command(args: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ from stress.errors import UsageError
 from stress.fs import default_cache_dir
 from stress.soak.options import SoakOptions
 from stress.soak.plan import native_tools
+from stress.soak.resume import stored_name
 from stress.soak.run import run_soak
 from stress.store import readers
 from stress.store.db import DB_NAME
@@ -137,6 +138,7 @@ def repro_options(folder: Path, times: int, cfg: dict[str, Any], job: dict[str, 
         python=cfg.get("python"), shard=(0, 1), job_seed=int(job["seed"]),
         cache_dir=default_cache_dir(), compile_jobs=2, progress=progress, engine=engine.value,
         command=list(cfg.get("exec_argv") or []), done_regex=cfg.get("done_regex"),
+        name=stored_name(cfg) if engine is Engine.EXEC else None,
         record=bool(cfg.get("record")),
         cwd=Path(cfg["exec_cwd"]) if cfg.get("exec_cwd") else None,
         repro_class=cls, repro_runs=times)

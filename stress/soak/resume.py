@@ -93,6 +93,8 @@ def continue_plan(opts: SoakOptions, runs: list[dict[str, Any]]) -> SoakOptions:
     if Engine.of(changes.get("engine", opts.engine)) is Engine.EXEC:
         if "command" not in opts.given and cfg.get("exec_cwd"):
             changes["cwd"] = Path(cfg["exec_cwd"])
+        if "exec_name" not in opts.given and cfg.get("programs"):  # the plan's own name
+            changes["name"] = stored_name(cfg)
         return replace(opts, **changes)
     names = list(cfg.get("programs") or [])
     users = [n for n in names if n.startswith("user.")]
@@ -104,6 +106,13 @@ def continue_plan(opts: SoakOptions, runs: list[dict[str, Any]]) -> SoakOptions:
     if "patterns" not in opts.given:
         changes["patterns"] = list(cfg.get("patterns") or [])
     return replace(opts, **changes)
+
+
+def stored_name(cfg: dict[str, Any]) -> str | None:
+    """The program name an exec run's config recorded (`exec:NAME`'s NAME), so a resume or a
+    repro keeps it whatever folder or `--name` it runs with."""
+    names = cfg.get("programs") or []
+    return str(names[0]).removeprefix("exec:") if names else None
 
 
 def _show(value: Any) -> str:

@@ -223,8 +223,9 @@ def _plan_command(opts: SoakOptions, status: Status, previous: list[dict[str, An
         raise UsageError("--inject fires inside our workers; an exec command has none")
     plans.check_duration(opts)
     command, exe = _command(opts)
+    program = exec_program(command.argv, command.cwd, opts.name)
     return Plan(plans.exec_target(opts.target), Engine.EXEC.value, opts.device or "",
-                [EXEC_PATTERN], [exec_program(command.argv)], opts.workers or 1, 1,
+                [EXEC_PATTERN], [program], opts.workers or 1, 1,
                 job_scale=ONE_RUN_SCALE, command=command, executable=exe)
 
 

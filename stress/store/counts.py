@@ -9,6 +9,11 @@ and used by summary.json, the terminal summary and every report format (issue 28
   errors and processes that never ran a job are not exposures;
 * **full teardowns** and **handle releases** are the jobs' own plus those a process did on its
   way out (its `bye`: the last device released, or devices left alive at exit);
+* **tests** (exec runs): the test runner's own counts, summed over the jobs whose output had
+  its summary (a clean job's row, else its failure's evidence), with the tests each ran;
+  jobs that ran none are counted apart (`no_test_jobs`: flagged, never clean);
+* **command processes** (exec runs): each job's process of the user's command, by how it
+  ended (exited 0, exited non-zero, killed by a signal, killed by us at a deadline);
 * the **duration** of several runs (a merged folder) is the wall-clock time their intervals
   cover: shards that ran side by side count once, gaps between them not at all.
 """
@@ -22,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stress.vocab import ALL_CLASSES, Engine, FailureClass
+from stress.vocab import ALL_CLASSES, Engine, FailureClass, RunStatus
 
 EXIT_OUTCOMES: tuple[str, ...] = ("clean", "crash", "hang", "error")
 _CASE_LIMIT: int = 100_000  # program x pattern cases kept (JUnit); a corpus has ~800
@@ -77,6 +82,10 @@ class Counts:
     patterns: dict[str, PatternCounts] = field(default_factory=dict)
     cases: dict[tuple[str, str], CaseCounts] = field(default_factory=dict)
     exposures_known: bool = True  # False: a store from before m004 (no exit facts)
+    tests: Counter[str] = field(default_factory=Counter)  # the runners' counts, and "ran"
+    jobs_with_tests: int = 0  # jobs whose runner's summary was read
+    no_test_jobs: int = 0  # ... of which ran no test
+    command_processes: Counter[str] = field(default_factory=Counter)  # exec: how they ended
 
     @property
     def duration_s(self) -> float:
@@ -133,6 +142,10 @@ class Counts:
             mine.invocations += case.invocations
             mine.seconds += case.seconds
         self.exposures_known = self.exposures_known and other.exposures_known
+        self.tests.update(other.tests)
+        self.jobs_with_tests += other.jobs_with_tests
+        self.no_test_jobs += other.no_test_jobs
+        self.command_processes.update(other.command_processes)
 
     def exposures(self) -> dict[str, Any]:
         """summary.json's `exposures` (docs/reports.md)."""
@@ -169,7 +182,14 @@ class Counts:
                 "worker_processes": self.worker_processes, "duration_s": round(d, 3),
                 "invocations_per_s": round(self.invocations / d, 1) if d else 0.0,
                 "exposures": self.exposures(), "harness_errors": self.harness_errors,
-                "engine": "+".join(sorted(self.engines)) or None}
+                "engine": "+".join(sorted(self.engines)) or None,
+                **({"tests": {"jobs_with_counts": self.jobs_with_tests,
+                              "jobs_without_a_test": self.no_test_jobs,
+                              **dict(sorted(self.tests.items()))}}
+                   if self.jobs_with_tests else {}),
+                **({"command_processes": {"total": sum(self.command_processes.values()),
+                                          **dict(self.command_processes)}}
+                   if Engine.EXEC.value in self.engines else {})}
 
 
 _ROW_CLASSES: str = ", ".join(f"'{c.value}'" for c in (
@@ -244,7 +264,61 @@ def of_store(db: sqlite3.Connection, run_ids: Iterable[str] | None = None) -> Co
         _exits(db, where, args, c)
     except sqlite3.OperationalError:  # a store from before m004
         c.exposures_known = False
+    if Engine.EXEC.value in c.engines:
+        _tests(db, where, args, c)
+        _command_processes(db, where, args, c)
     return c
+
+
+def _tests(db: sqlite3.Connection, where: str, args: tuple[str, ...], c: Counts) -> None:
+    """The test runners' counts of exec jobs: a finished job's row, else the evidence of the
+    failure that ended it (one per job)."""
+    seen: set[tuple[str, int]] = set()
+    try:
+        rows = db.execute(f"SELECT run_id, job_index, tests FROM jobs WHERE {where} AND "
+                          "tests IS NOT NULL", args).fetchall()
+    except sqlite3.OperationalError:  # a store from before m006
+        rows = []
+    rows += db.execute(f"SELECT run_id, job_index, json_extract(evidence, '$.tests') FROM "
+                       f"failures WHERE {where} AND job_index IS NOT NULL AND "
+                       "json_extract(evidence, '$.tests') IS NOT NULL ORDER BY id",
+                       args).fetchall()
+    for run_id, index, text in rows:
+        key = (str(run_id), int(index))
+        if key in seen:
+            continue
+        seen.add(key)
+        found = json.loads(text)
+        counts = {k: int(v) for k, v in (found.get("counts") or {}).items()}
+        ran = found.get("ran")
+        ran = int(ran) if ran is not None else sum(
+            counts.get(k, 0) for k in ("passed", "failed", "errors", "xfailed", "xpassed"))
+        c.tests.update(counts)
+        c.tests["ran"] += ran
+        c.jobs_with_tests += 1
+        c.no_test_jobs += int(ran == 0)
+
+
+def _command_processes(db: sqlite3.Connection, where: str, args: tuple[str, ...],
+                       c: Counts) -> None:
+    """How each process of the user's command ended (exec runs: one per job)."""
+    for code, sig, reason, n in db.execute(
+            f"SELECT exit_code, signal, end_reason, COUNT(*) FROM workers WHERE {where} AND "
+            "ended_at IS NOT NULL GROUP BY 1, 2, 3", args):
+        c.command_processes[_ending(code, sig, reason)] += int(n)
+
+
+def _ending(code: int | None, sig: str | None, reason: str | None) -> str:
+    if reason in (FailureClass.HANG.value, FailureClass.TEARDOWN_HANG.value,
+                  "unkillable (D state)", "reaped after SIGKILL"):
+        return "killed at a deadline"  # (hangs.py: the class, or unkillable; then reaped)
+    if reason in (RunStatus.INTERRUPTED.value, "store error", "internal error"):
+        return "stopped with the run"  # (session._kill_all)
+    if reason == "harness error":
+        return "harness error"
+    if sig or (code is not None and code < 0):
+        return "killed by a signal"
+    return "exited 0" if code == 0 else "exited non-zero"
 
 
 def _jobs(db: sqlite3.Connection, where: str, args: tuple[str, ...], c: Counts) -> None:

@@ -147,6 +147,12 @@ def _m005_telemetry(db: sqlite3.Connection) -> None:
     """)
 
 
+def _m006_job_tests(db: sqlite3.Connection) -> None:
+    """An exec job's test runner's own counts (`{"runner", "counts", "ran"}`: passed, failed,
+    skipped, tests run), so a clean job keeps what it tested (issue 36)."""
+    _script(db, "ALTER TABLE jobs ADD COLUMN tests TEXT;")
+
+
 # Each migration runs inside migrate()'s transaction: it must use `_script` or `db.execute`,
 # never `executescript` or `commit`.
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
@@ -155,6 +161,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite3.Connection], None]]] = [
     (3, "m003_windows", _m003_windows),
     (4, "m004_evidence_exposures", _m004_evidence_exposures),
     (5, "m005_telemetry", _m005_telemetry),
+    (6, "m006_job_tests", _m006_job_tests),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -262,7 +269,7 @@ def _facts_json(facts: dict[str, Any]) -> str:
 _JOB_COLUMNS = ("run_id, job_index, program, pattern, seed, worker, planned, invocations, ok, "
                 "miscompare, errors, nondeterministic, devices_created, started_at, ended_at, "
                 "latency_sum_us, latency_max_us, latency_hist, outcome, full_teardowns, "
-                "handle_releases, exit_path, pid")
+                "handle_releases, exit_path, pid, tests")
 
 
 class RunStore:
@@ -320,7 +327,8 @@ class RunStore:
              res["nondeterministic"], res["devices_created"], payload["started"],
              payload["ended"], res["latency_sum_us"], res["latency_max_us"],
              _hist_json(res["latency_hist"]), outcome, res.get("full_teardowns", 0),
-             res.get("handle_releases", 0), payload.get("exit_path"), payload.get("pid")))
+             res.get("handle_releases", 0), payload.get("exit_path"), payload.get("pid"),
+             json.dumps(payload["tests"]) if payload.get("tests") else None))
         self._bump()
 
     def add_failure(self, run_id: str, f: dict[str, Any]) -> int:
@@ -452,7 +460,7 @@ class RunStore:
         if self._jobs:
             jobs, self._jobs = self._jobs, []
             statements.append((f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES "
-                               f"({', '.join('?' * 23)})", jobs))
+                               f"({', '.join('?' * 24)})", jobs))
         if self._new_workers:
             workers, self._new_workers = self._new_workers, {}
             shapes: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}

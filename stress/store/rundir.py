@@ -172,7 +172,7 @@ def _resume(root: Path, runs: list[dict[str, Any]]) -> RunFolder:
         raise UsageError(f"{root} holds a store with no run; nothing to resume")
     fd = _lock(root)
     taken = {r["run_id"] for r in runs}
-    k = 2
+    k = 1  # the first resume is resume-1 (the first run's files are the folder itself)
     while True:
         files = root / f"{RESUME_PREFIX}{k}"
         run_id = f"{runs[0]['run_id']}-{RESUME_PREFIX}{k}"

@@ -11,7 +11,8 @@ from typing import Any
 from stress.fs import atomic_write
 from stress.store import counts
 from stress.store.db import DB_NAME, connect
-from stress.vocab import STATUS_ORDER
+from stress.store.rundir import RESUME_PREFIX
+from stress.vocab import STATUS_ORDER, RunStatus
 
 SUMMARY_NAME = "summary.json"
 _DETAIL_LIMIT: int = 500  # failures listed in failures_detail; counts always cover all
@@ -73,6 +74,9 @@ def _build_merged(db: sqlite3.Connection, run_dir: Path,
     out["status"] = min((p["status"] for p in per), key=lambda st: _STATUS_ORDER.index(st)
                         if st in _STATUS_ORDER else 0)
     out["stop_reason"] = "; ".join(sorted({p["stop_reason"] or "" for p in per}))
+    if _resumed_chain([p["run_id"] for p in per]) and out["status"] != RunStatus.FAILED:
+        out["status"] = per[-1]["status"]  # an interrupted run whose plan a resume took up
+        out["stop_reason"] = per[-1]["stop_reason"]  # and finished: the plan ran to its end
     out["run_id"] = "+".join(p["run_id"] for p in per)
     out["runs"] = [{"run_id": p["run_id"], "status": p["status"], "stop_reason":
                     p["stop_reason"], "shard": json.loads(r["config"] or "{}").get("shard"),
@@ -80,6 +84,13 @@ def _build_merged(db: sqlite3.Connection, run_dir: Path,
                     "duration_s": p["duration_s"], "invocations_per_s": p["invocations_per_s"]}
                    for p, r in zip(per, runs, strict=True)]
     return out
+
+
+def _resumed_chain(run_ids: list[str]) -> bool:
+    """The runs are one plan's: a first run and its `--resume` runs (`FIRST-resume-K`, the
+    oldest first), not the shards of a merge."""
+    return len(run_ids) > 1 and all(r.startswith(f"{run_ids[0]}-{RESUME_PREFIX}")
+                                    for r in run_ids[1:])
 
 
 def _sum_numbers(dicts: list[Any]) -> Any:

@@ -43,7 +43,7 @@ from typing import Any
 
 from stress.analysis import header, rundata, signatures
 from stress.analysis import known as known_mod
-from stress.analysis.exposure import failing_exits, job_clusters, job_key
+from stress.analysis.exposure import failing_exits, job_clusters
 from stress.analysis.sequential import BernoulliSprt, Decision
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import (
@@ -133,10 +133,11 @@ class GateSpec:
 
 
 def failed_jobs(sig: Signature) -> set[tuple[str, int]]:
-    """The jobs a signature failed: those it is rated on, and the job of each of its failures
-    rated per process exit (a crash after the work was done still ends its job as failed).
-    The live observer and the final verdict both count these, so they agree."""
-    return set(sig.jobs) | {k for r in sig.rows for k in [job_key(r)] if k}
+    """The jobs a signature failed (`Signature.jobs`: the job of each of its failures, one
+    rated per process exit included: a crash after the work was done still ends its job as
+    failed), the same set the report, JSON, JUnit and HTML count. The live observer and the
+    final verdict both count these, so they agree."""
+    return set(sig.jobs)
 
 
 def parse_fatal(text: str) -> frozenset[FailureClass]:

@@ -12,10 +12,19 @@ from stress.analysis import header
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import fmt_level, fmt_rate
 from stress.verdicts.gate import SIGNATURES_SHOWN, GateResult, Verdict
+from stress.vocab import Family, family
 
 _ERROR_CLASSES: frozenset[str] = frozenset({"crash", "hang", "teardown_hang", "error"})
 _ICON: dict[Verdict, str] = {Verdict.PASS: "✅", Verdict.FAIL: "❌", Verdict.INCONCLUSIVE: "⚠️"}
 
+
+
+def _work(g: GateResult) -> str:
+    """`, N invocations` of our workers' jobs; nothing for runs of the user's command (an
+    exec job is one run of it: issue 36)."""
+    if g.job_patterns and set(g.job_patterns.values()) <= set(family(Family.EXEC)):
+        return ""
+    return f", {g.invocations:,} invocations"
 
 def _rate_text(g: GateResult) -> str:
     r = g.rate
@@ -42,7 +51,7 @@ def render_text(g: GateResult) -> str:
              f"  test          Wald SPRT p0 {fmt_rate(g.spec.p0)} vs p1 "
              f"{fmt_rate(g.spec.max_rate)}, errors <= {fmt_level(g.spec.error_rate)} each; "
              f"llr {g.sprt['llr']} in [{g.sprt['lower_bound']}, {g.sprt['upper_bound']}]",
-             f"  data          {g.rate.units:,} jobs, {g.invocations:,} invocations, shards "
+             f"  data          {g.rate.units:,} jobs{_work(g)}, shards "
              f"{len(g.shards_seen)}/{g.shards_expected}, {len(g.runs)} run(s)"]
     for s in g.new:
         lines.append(f"  NEW    {s.id}  {s.count:>6} x {s.describe()}  {s.example or ''}")
@@ -69,7 +78,7 @@ def render_markdown(g: GateResult) -> str:
            f"| failing jobs | {_md_cell(_rate_text(g))} |",
            f"| bound | {fmt_rate(g.spec.max_rate)} (PASS below it, FAIL not below "
            f"{fmt_rate(g.spec.p0)}; errors <= {fmt_level(g.spec.error_rate)}) |",
-           f"| data | {g.rate.units:,} jobs, {g.invocations:,} invocations, "
+           f"| data | {g.rate.units:,} jobs{_work(g)}, "
            f"{len(g.runs)} run(s) |",
            f"| shards | {len(g.shards_seen)} of {g.shards_expected} |", ""]
     sigs: list[tuple[str, Signature]] = [("new", s) for s in g.new] + \

@@ -84,10 +84,10 @@ def test_resume_continues_the_plan_as_a_new_run_beside_the_old_one(
     derived = ("summary.json", "stress.db")  # rebuilt from the store / appended to: rows below
     assert {k: v for k, v in after.items() if k in before and k not in derived} == \
         {k: v for k, v in before.items() if k not in derived}  # no file rewritten
-    assert any(k.startswith("resume-2/") for k in after)
+    assert any(k.startswith("resume-1/") for k in after)
     assert rows(run / "stress.db", "run") == first_rows
     con = sqlite3.connect(run / "stress.db")
-    (new_min,), = con.execute("SELECT MIN(job_index) FROM jobs WHERE run_id = 'run-resume-2'")
+    (new_min,), = con.execute("SELECT MIN(job_index) FROM jobs WHERE run_id = 'run-resume-1'")
     (old_max,), = con.execute("SELECT MAX(job_index) FROM jobs WHERE run_id = 'run'")
     configs = [json.loads(c) for (c,) in con.execute("SELECT config FROM runs")]
     con.close()
@@ -96,7 +96,7 @@ def test_resume_continues_the_plan_as_a_new_run_beside_the_old_one(
     assert [c["programs"] for c in configs] == [["unary.exp.f32.64x64"]] * 2
     s = resumed.json()
     assert s["jobs"] == first.json()["jobs"] + len(rows(run / "stress.db",
-                                                         "run-resume-2")["jobs"])
+                                                         "run-resume-1")["jobs"])
 
 
 def test_a_finished_run_leaves_no_side_files_and_every_file_is_readable_by_the_group(

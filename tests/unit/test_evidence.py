@@ -223,3 +223,25 @@ def test_a_vanished_process_gives_empty_evidence_not_an_error() -> None:
     assert procstate.sample(gone, 0.01) == {}
     assert set(ev.files(gone)) == {"stacks.txt", "threads.json", "kernel.log",
                                    "telemetry_before.json"}
+
+
+def test_a_teardown_hangs_kernel_log_keeps_only_its_own_processes_faults() -> None:
+    """issue 36 item 10: a teardown hang's kernel.log held the segfault lines of unrelated
+    processes (other pids: another copy's crash); the job's own threads' and its group's
+    (a compiler it ran) stay, and so do lines that name no process (a GPU's Xid)."""
+    lines = ["[ 10.100000] python[4242]: segfault at 0 ip 00007f sp 00007f error 6 in "
+             "libfault.so[7f+1000]",
+             "[ 10.100001] Code: 48 8b 45 f8 c7 00 00 00 00 00",
+             "[ 10.200000] iree-lld[5001]: segfault at 8 ip 00007e sp 00007e error 4 in "
+             "iree-lld[55+100]",
+             "[ 10.300000] traps: pytest[777] general protection fault ip:7f sp:7f error:0",
+             "[ 10.400000] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus"]
+    sample = procstate.ThreadSample(778, "worker", "R", "R", 0.1, 0.1, Activity.BUSY)
+    hang = evidence.HangEvidence(
+        {777: evidence.ProcessEvidence(777, {778: sample}, evidence.Stacks(StackSource.NONE,
+                                                                           ""))},
+        {}, kernellog.KernelLog("dmesg", lines, None, 0.0))
+    text = hang.files(777, own=[5001])["kernel.log"]
+    assert "python[4242]" not in text and "Code: 48" not in text  # another process's crash
+    assert "iree-lld[5001]" in text and "pytest[777]" in text and "Xid" in text
+    assert "2 line(s) about faults of other processes (not this job's) left out" in text

@@ -38,7 +38,25 @@ def test_a_command_is_named_by_its_basename_and_a_launcher_by_its_first_operand(
         "exec:fusilli_conv_test"
     assert program_name(["python3.11", "-u", "tests/test_device.py", "{seed}"]) == \
         "exec:python3.11:test_device.py"
-    assert program_name(["ctest", "--timeout", "120", "-R", "conv"]) == "exec:ctest"
+    assert program_name(["ctest", "--timeout", "120", "-R", "conv"]) == "exec:ctest:."
+
+
+def test_two_suites_run_by_python_m_pytest_get_two_program_names(tmp_path: Path) -> None:
+    """issue 36: both were `exec:python:pytest`, and merged in compare, merge and known
+    files. A runner is named by its test paths, a relative one by the folder it ran in; or
+    by `--name`."""
+    for proj in ("projA", "projB"):
+        (tmp_path / proj / "tests").mkdir(parents=True)
+    argv = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
+    a = program_name(argv, tmp_path / "projA")
+    b = program_name(argv, tmp_path / "projB")
+    assert (a, b) == ("exec:pytest:projA/tests", "exec:pytest:projB/tests")
+    assert program_name(["pytest", "tests/x_test.py::test_y", "-x"], tmp_path / "projA") == \
+        "exec:pytest:projA/tests/x_test.py"
+    assert program_name(["/venv/bin/pytest"], tmp_path / "projB") == "exec:pytest:projB"
+    assert program_name(["ctest", "--test-dir", "build", "-j", "8"], tmp_path / "projA") == \
+        "exec:ctest:projA/build"
+    assert program_name(argv, tmp_path / "projA", name="unit-suite") == "exec:unit-suite"
 
 
 def test_output_lines_that_differ_only_in_numbers_addresses_and_paths_key_the_same() -> None:
@@ -174,3 +192,20 @@ def test_a_clean_exit_deletes_the_cores_its_children_left_and_a_failed_one_keeps
         assert not (user / "core").exists() and list(j.group.cores) == [child]
         j.finish(rc)
         assert (tmp_path / f"run-{rc}" / f"core.{child}").exists() is kept, rc
+
+
+@pytest.mark.slow  # two soaks of the CLI: ~20 s on a loaded 2-core machine
+def test_name_names_an_exec_program_and_a_resume_keeps_it(tmp_path: Path) -> None:
+    """issue 36: `--name` keeps two suites apart when their paths do not."""
+    import sqlite3
+
+    run = tmp_path / "run"
+    res = run_cli("soak", "--engine", "exec", "--name", "suite-a", "-d", "1s", "-q",
+                  "--results", str(run), "--", "/bin/true", cwd=tmp_path)
+    assert res.rc == 0, res.stderr[-2000:]
+    again = run_cli("soak", "--results", str(run), "--resume", "-d", "1s", "-q", cwd=tmp_path)
+    assert again.rc == 0, again.stderr[-2000:]
+    db = sqlite3.connect(run / "stress.db")
+    programs = {p for (p,) in db.execute("SELECT program FROM jobs")}
+    db.close()
+    assert programs == {"exec:suite-a"}

@@ -280,3 +280,32 @@ def test_a_confidence_asked_is_printed_as_asked_not_rounded(tmp_path: Path) -> N
     g = evaluate([make_store(tmp_path / "long", "a", range(jobs_to_pass(spec) + 20))], spec)
     assert g.verdict is Verdict.PASS
     assert g.reason.endswith("at 99.5%") and "(99.5%" in g.reason and "100%" not in g.reason
+
+
+def test_a_crash_at_exit_pinned_on_its_job_fails_that_job_in_the_report_as_in_the_gate(
+        tmp_path: Path) -> None:
+    """issue 36 item 9: a user's command that segfaults at exit after its done marker: the
+    report said "Process exits failing: 3/12 ... Jobs failing: 0/12" where the gate said
+    "failing jobs 3/12" (and the HTML's failing-jobs plots 0%). One definition: such a job
+    failed, in every output."""
+    import sqlite3
+
+    from stress.analysis import html, report
+
+    run = make_store(tmp_path / "r", "a", range(12), jobs_per_process=1)
+    db = sqlite3.connect(run / "stress.db")
+    for i in range(3):  # as capture records it: after job_done, at worker-exit
+        db.execute("INSERT INTO failures (run_id, class, signal, job_index, program, pattern, "
+                   "worker, pid, last_step, in_flight, steps, message, attribution, "
+                   "detected_at, elapsed_s, exposure) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                   ("a", "crash", "SIGSEGV", i, "exec:t", "exec", 0, 1000 + i, "worker-exit",
+                    "[]", "[]", "worker w0 killed by SIGSEGV after its work was done", "none",
+                    0.0, 1.0, "process_exit"))
+    db.commit()
+    db.close()
+    r = report.build([run])
+    g = evaluate([run], GateSpec(RATE))
+    assert (r.overall.failures, r.overall.units) == (g.rate.failures, g.rate.units) == (3, 12)
+    assert "Jobs failing: 3/12 = 25%" in r.headline()
+    assert r.as_dict()["failing_jobs"]["failures"] == 3
+    assert sum(failed for _, _, failed in html._job_ends(r)) == 3  # the HTML's plots

@@ -5,6 +5,7 @@ program is checked for repeatability only (item 10)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,6 +74,31 @@ def test_a_drawn_seed_goes_before_an_exec_command_not_into_it() -> None:
                        from_env=["--workers", "2"])
     assert command_line(opts, 77).endswith(
         "--engine exec --workers 2 --seed 77 -- ./t '{seed}'")
+
+
+def test_an_exec_rerun_line_with_relative_paths_says_where_it_ran(tmp_path: Path) -> None:
+    """issue 36: `rerun: iree-stress soak ... -- python -m pytest tests` dropped the folder,
+    so the line reproduced nothing from anywhere else; an absolute command needs no cd."""
+    from stress.soak.options import SoakOptions
+    from stress.soak.plan import command_line
+
+    (tmp_path / "tests").mkdir()
+
+    def line(*command: str) -> str:
+        opts = SoakOptions(target=None, device=None, workers=1, threads=1, patterns=[],
+                           programs=[], program_files=[], duration_s=None, invocations=4,
+                           seed=3, env={}, max_failures=None, results=None, timeout_s=1.0,
+                           teardown_timeout_s=1.0, max_worker_restarts=1, inject=[],
+                           python=None, shard=(0, 1), job_seed=None, cache_dir=Path("."),
+                           compile_jobs=1, progress=False, engine="exec", cwd=tmp_path,
+                           argv=["--engine", "exec", "--seed", "3", "--", *command])
+        return command_line(opts, 3)
+
+    assert line("python", "-m", "pytest", "-q", "tests") == \
+        f"cd {tmp_path} && iree-stress soak --engine exec --seed 3 -- python -m pytest -q tests"
+    assert line("/opt/bin/t", "--rng-seed", "{seed}").startswith("iree-stress soak ")
+    assert line("python", "-c", "print(1)\n" * 40).startswith("iree-stress soak ")  # (a name
+    #   too long for a path is no path: it raised ENAMETOOLONG)
 
 
 def test_runs_that_differ_list_each_value_once() -> None:

@@ -5,6 +5,7 @@ as soak (XDG_CACHE_HOME included)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,27 @@ def config(engine: str) -> SoakConfig:
 def test_every_engines_repro_sh_runs_iree_stress_repro_on_its_own_folder(engine: str) -> None:
     job = Job(3, "unary.exp.f32.64x64", "shared", 99, 100)
     line = evidence.repro_command(config(engine), job)
-    assert line.startswith("exec iree-stress repro ") and line.endswith('"$@"')
+    assert line.startswith("exec ") and " -m stress repro " in line and line.endswith('"$@"')
     assert "soak" not in line and "--duration" not in line  # not a 60 s soak into ./results
+
+
+@pytest.mark.parametrize("source_checkout", [False, True])
+def test_repro_sh_runs_without_iree_stress_on_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source_checkout: bool) -> None:
+    """issue 36 item 12: the script said `exec iree-stress repro ...` ("iree-stress: not
+    found" outside the venv); it names the interpreter that made the run (and the checkout
+    it imported through PYTHONPATH, when it did)."""
+    if source_checkout:
+        monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    else:
+        monkeypatch.delenv("PYTHONPATH", raising=False)
+    job = Job(3, "unary.exp.f32.64x64", "shared", 99, 100)
+    evidence.write_folder(tmp_path, config("exec"), "", "", job, "", {})
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no venv, no PYTHONPATH
+    res = subprocess.run(["sh", str(tmp_path / "repro.sh"), "--help"], capture_output=True,
+                         text=True, env=env, cwd="/", timeout=60)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Usage:" in res.stdout and "repro" in res.stdout
 
 
 FAILURE_CFG = {"engine": "python", "target": "cpu", "threads": 2, "seed": 7,

@@ -59,3 +59,39 @@ def test_a_plan_bounded_by_invocations_resumes_with_what_it_has_left() -> None:
     cfg.first_job = 10
     with pytest.raises(UsageError, match="is done"):
         planned_before(cfg, Path("r"))
+
+
+def test_a_resume_that_completes_an_interrupted_plan_exits_by_what_it_found(
+        tmp_path: Path) -> None:
+    """issue 36 item 11: the folder's summary said "interrupted" (the first run's status) and
+    soak exited 3 though the resumed run finished the plan; a merge of shards, one of them
+    interrupted, still cannot vouch for its result."""
+    from stress.cli import soak_exit_code
+    from stress.store import rundir, summary
+    from stress.store.db import RunStore
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    store = RunStore(folder)
+    store.start_run("run", 5, "iree-stress soak --seed 5", {}, {"seed": 5})
+    store.end_run("run", "interrupted", "duration reached; interrupted by SIGINT")
+    store.close()
+    resumed = rundir.prepare(folder, 5, resume=True)
+    assert resumed.files.name == "resume-1"  # the first resume (was resume-2)
+    store = RunStore(folder)
+    store.start_run(resumed.run_id, 5, "iree-stress soak --resume", {}, {"seed": 5})
+    store.end_run(resumed.run_id, "completed", "duration reached")
+    store.close()
+    resumed.release()
+    done = summary.build(folder)
+    assert (done["status"], done["stop_reason"]) == ("completed", "duration reached")
+    assert soak_exit_code(done) == 0
+
+    shards = tmp_path / "merged"  # not one plan's runs: the worst status stands
+    shards.mkdir()
+    store = RunStore(shards)
+    for run_id, status in (("a", "interrupted"), ("b", "completed")):
+        store.start_run(run_id, 5, "iree-stress soak", {}, {"seed": 5})
+        store.end_run(run_id, status, "duration reached")
+    store.close()
+    assert soak_exit_code(summary.build(shards)) == 3

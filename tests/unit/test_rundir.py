@@ -51,10 +51,10 @@ def test_a_non_empty_folder_without_a_run_and_a_file_are_refused(tmp_path: Path)
 def test_a_resumed_run_gets_its_own_sub_folder_and_id(tmp_path: Path) -> None:
     a_run(tmp_path / "r")
     first = rundir.prepare(tmp_path / "r", 5, resume=True)
-    assert (first.files, first.run_id) == (tmp_path / "r" / "resume-2", "r-resume-2")
+    assert (first.files, first.run_id) == (tmp_path / "r" / "resume-1", "r-resume-1")
     first.release()
     second = rundir.prepare(tmp_path / "r", 5, resume=True)
-    assert second.files.name == "resume-3" and second.previous[0]["run_id"] == "r"
+    assert second.files.name == "resume-2" and second.previous[0]["run_id"] == "r"
     second.release()
 
 

@@ -61,7 +61,8 @@ def test_migrations_build_the_final_schema_and_are_idempotent(tmp_path: Path) ->
         "exit_path": ("TEXT", 0, None), "outcome": ("TEXT", 0, None),
         "job_index": ("INTEGER", 0, None), "batch": ("INTEGER", 0, None),
         "exit_order": ("INTEGER", 0, None), "bye_at": ("REAL", 0, None)}
-    assert db.SCHEMA_VERSION == 5
+    assert columns["jobs"]["tests"] == ("TEXT", 0, None)  # m006_job_tests
+    assert db.SCHEMA_VERSION == 6
 
 
 def test_summary_is_rebuilt_from_the_database(tmp_path: Path) -> None:

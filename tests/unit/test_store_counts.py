@@ -134,6 +134,11 @@ def test_an_exec_run_says_its_devices_are_the_commands_own(tmp_path: Path) -> No
     from stress.analysis.text import summary_table
 
     text = summary_table({**s, "manifest": {"config": {"engine": "exec"}}})
-    assert "devices: the command's own" in text and "command process exits: 3" in text
+    # (issue 36 item 7) its jobs and its processes by how they ended: no invocations, no
+    #   devices (the header says they are the command's own), no worker processes
+    assert "command processes  4: exited 0 3, killed by a signal 1" in text
+    assert "device: the command's own" in text
+    body = text.split("\n\n", 1)[1]
+    assert "invocations" not in body and "worker processes" not in body
     assert "process exits after device use" not in text
     assert json.dumps(s)

@@ -3,6 +3,7 @@ ctest, gtest, Catch2 and shells (tests/data/testlogs/, README there says how eac
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from stress.engine import testlog
@@ -26,7 +27,8 @@ def test_pytest_failed_and_errored_tests_are_read_from_its_short_summary_with_it
                             "test_compile.py::test_matmul_result",
                             "test_compile.py::test_shapes[2]",
                             "test_compile.py::test_needs_device"], name
-        assert s.counts == {"failed": 3, "passed": 2, "errors": 1}, name
+        collected = {"collected": 6} if name == "pytest.txt" else {}  # (not under -q)
+        assert s.counts == {"failed": 3, "passed": 2, "errors": 1, **collected}, name
 
 
 def test_pytest_verbose_result_lines_name_the_failures_when_there_is_no_short_summary() -> None:
@@ -94,3 +96,66 @@ def test_a_long_list_of_failed_tests_is_cut_in_the_record_but_counted_whole() ->
 def test_ctest_s_summary_wins_over_the_gtest_output_of_the_tests_it_ran() -> None:
     s = testlog.summarize(log("gtest.txt") + log("ctest.txt"))  # --output-on-failure
     assert s.runner == "ctest" and s.failed[0] == "conv_crash"
+
+
+# ---- issue 36: the runner's summary as the done marker, and the tests each job ran ----------
+RUNNER_LOGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    # runner: (a command that runs it, its real outputs)
+    "pytest": (["python", "-m", "pytest", "-q", "tests"],
+               ("pytest.txt", "pytest-q.txt", "pytest-skipped.txt", "pytest-none.txt")),
+    "ctest": (["ctest", "--test-dir", "build", "-j", "8"],
+              ("ctest.txt", "ctest-pass.txt", "ctest-none.txt")),
+    "gtest": (["build/bin/conv_test", "--gtest_filter=Conv*"],
+              ("gtest.txt", "gtest-pass.txt", "gtest-none.txt")),
+    "catch2": (["build/bin/fusilli_conv_samples", "--rng-seed", "{seed}"],
+               ("catch2.txt", "catch2-pass.txt", "catch2-none.txt")),
+}
+
+
+def test_each_runners_summary_line_is_the_default_done_marker_of_its_command() -> None:
+    """Without --done-regex a crash or hang after the runner's summary is a failure of the
+    process's exit (was: a crash "while running", keyed on the summary line). The marker is
+    the runner's own line, found once, near the end of every real output of it; a pytest
+    command's marker never fires on a gtest binary's lines it printed, nor ctest's on its
+    tests' gtest summaries."""
+    for runner, (argv, names) in RUNNER_LOGS.items():
+        marker = re.compile(testlog.done_marker(argv))
+        for name in names:
+            lines = log(name).splitlines()
+            hits = [i for i, line in enumerate(lines) if marker.search(line)]
+            assert len(hits) == 1, (runner, name, hits)
+            assert len(lines) - hits[0] <= 10, (runner, name)  # then its report and exit
+    assert not re.search(testlog.done_marker(RUNNER_LOGS["pytest"][0]),
+                         "[==========] 3 tests from 1 test suite ran. (0 ms total)")
+    assert testlog.runner_of(["sh", "-c", "exec ctest --test-dir \"$BUILD\""]) == "ctest"
+    assert testlog.runner_of(["build/bin/t"]) is None
+
+
+def test_every_runner_says_how_many_tests_it_ran_and_a_run_of_none_is_told_apart() -> None:
+    ran = {name: testlog.summarize(log(name)).ran()
+           for _, names in RUNNER_LOGS.values() for name in names}
+    assert ran == {"pytest.txt": 6, "pytest-q.txt": 6, "pytest-skipped.txt": 0,
+                   "pytest-none.txt": 0, "ctest.txt": 4, "ctest-pass.txt": 2,
+                   "ctest-none.txt": 0, "gtest.txt": 4, "gtest-pass.txt": 2,
+                   "gtest-none.txt": 0, "catch2.txt": 3, "catch2-pass.txt": 2,
+                   "catch2-none.txt": 0}
+    assert testlog.summarize(log("pytest-skipped.txt")).counts == {"skipped": 2}
+    assert testlog.summarize(log("gtest-pass.txt")).counts == {"passed": 2, "skipped": 1}
+
+
+def test_the_running_test_is_read_from_faulthandler_gtest_and_ctest() -> None:
+    dump = ("tests/x_test.py .\n"
+            "Fatal Python error: Segmentation fault\n\n"
+            "Current thread 0x00007f1 (most recent call first):\n"
+            '  File "/src/lib/runtime.py", line 12 in release\n'
+            '  File "/src/proj/tests/x_test.py", line 7 in test_y\n'
+            '  File "/usr/lib/python3/site-packages/_pytest/python.py", line 159 in call\n'
+            "\nExtension modules: numpy.core._multiarray_umath (total: 1)\n")
+    assert testlog.running_test(dump, "/src/proj") == "tests/x_test.py::test_y"
+    gtest = "[ RUN      ] ConvTest.Fprop\n[       OK ] ConvTest.Fprop (0 ms)\n" \
+            "[ RUN      ] ConvTest.Wgrad\n"
+    assert testlog.running_test(gtest) == "ConvTest.Wgrad"
+    assert testlog.running_test(log("gtest-pass.txt")) is None  # every test ended
+    ctest = "    Start 1: conv_fprop\n1/2 Test #1: conv_fprop ....   Passed    0.00 sec\n" \
+            "    Start 2: catch_suite\n"
+    assert testlog.running_test(ctest) == "catch_suite"
