@@ -257,3 +257,15 @@ def test_an_s3_listing_without_continuation_tokens_pages_by_marker_and_a_saved_o
     saved.write_bytes(page(names, False))
     (e0, *_rest) = listing.read_listing(saved.as_uri())
     assert e0.url == (tmp_path / names[0]).as_uri()
+
+
+def test_a_simple_index_page_lists_each_wheel_once_by_its_own_name() -> None:
+    wheels = [f"rocm_sdk_core-{v}-py3-none-linux_x86_64.whl" for v in NIGHTLIES[:2]]
+    links = "\n".join(f'<a href="{w}#sha256={i}0">{w}</a><br/>' for i, w in enumerate(wheels))
+    page = f"<html><body>{links}</body></html>".encode()
+    url = "https://index.invalid/v2/gfx94X-dcgpu/rocm-sdk-core/"
+    assert [e.name for e in listing.parse_page(page, url)] == wheels
+    embedded = f"<script>var files = {json.dumps(wheels)};</script>".encode()
+    assert [e.name for e in listing.parse_page(embedded, url)] == wheels
+    assert sorted(listing.package_files(listing.parse_page(embedded, url), "rocm-sdk-core")) \
+        == NIGHTLIES[:2]
