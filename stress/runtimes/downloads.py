@@ -56,7 +56,8 @@ class Downloads:
     """The download cache under `cache_dir`."""
 
     def __init__(self, cache_dir: Path):
-        self.root = Path(cache_dir) / DOWNLOADS_DIR
+        self.root = Path(cache_dir).expanduser().absolute() / DOWNLOADS_DIR  # (a stacks
+        #   file names its downloads by this path, read relative to ITS folder, not the cwd)
 
     def blob(self, sha: str, name: str) -> Path:
         return self.root / "sha256" / sha / name

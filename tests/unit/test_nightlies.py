@@ -269,3 +269,14 @@ def test_a_simple_index_page_lists_each_wheel_once_by_its_own_name() -> None:
     assert [e.name for e in listing.parse_page(embedded, url)] == wheels
     assert sorted(listing.package_files(listing.parse_page(embedded, url), "rocm-sdk-core")) \
         == NIGHTLIES[:2]
+
+
+def test_a_relative_cache_dir_still_names_the_downloads_from_a_stacks_file_elsewhere(
+        tmp_path: Path) -> None:
+    folder = index(tmp_path, NIGHTLIES[:2])
+    r = run_cli("stacks", "--index", str(folder / "index.html"), "--from", NIGHTLIES[0], "--to",
+                NIGHTLIES[1], "-o", "ci/stacks.toml", "--cache-dir", "cache", "-q",
+                cwd=tmp_path)
+    assert r.rc == 0, r.stderr
+    for st in spec.load(tmp_path / "ci" / "stacks.toml").values():
+        assert Path(st.rocm).is_file(), st.rocm
