@@ -58,6 +58,9 @@ class PastRun:
     stack: str
     failed: bool
     digest: str = ""  # sha256 over the HIP/HSA libraries' hashes ('' unknown)
+    run_ids: frozenset[str] = frozenset()  # the store's runs (several: a merged folder)
+    shard: tuple[int, int] = (0, 1)  # (0-based index, count) of a gate's sharded plan
+    seed: object = None
 
 
 @dataclass
@@ -169,8 +172,57 @@ def read_runs(paths: Iterable[Path], by: By = By.ROCM) -> tuple[list[PastRun], l
                 skipped.append(f"{folder}: no stack version found (manifest, libraries, path)")
             else:
                 runs.append(PastRun(folder, name, bool(s.get("failed")),
-                                    _digest(s.get("manifest") or {})))
-    return runs, skipped
+                                    _digest(s.get("manifest") or {}), _run_ids(s), _shard(s),
+                                    s.get("seed")))
+    return whole_runs(runs, skipped), skipped
+
+
+def _run_ids(summary: Mapping[str, Any]) -> frozenset[str]:
+    return frozenset(x for x in str(summary.get("run_id") or "").split("+") if x)
+
+
+def _shard(summary: Mapping[str, Any]) -> tuple[int, int]:
+    """A run's shard of its plan; a merged folder (store/merge.py: `runs`) is the whole."""
+    if len(summary.get("runs") or []) > 1:
+        return 0, 1
+    shard = ((summary.get("manifest") or {}).get("config") or {}).get("shard") or (0, 1)
+    try:
+        return int(shard[0]), int(shard[1])
+    except (TypeError, ValueError, IndexError):
+        return 0, 1
+
+
+def whole_runs(runs: Sequence[PastRun], skipped: list[str]) -> list[PastRun]:
+    """One trial a whole run of the plan: a folder whose runs a merged folder also holds is
+    left out (counted there), and the shards of one gate (`--shard K/N`: one stack, one
+    seed) are one run, failed when any shard failed; shards that are not all there and
+    failed nowhere are not a result (as an interrupted run)."""
+    out: list[PastRun] = []
+    sets: dict[tuple[str, str, int], list[list[PastRun]]] = {}
+    for r in runs:
+        within = next((m for m in runs if r.run_ids and r.run_ids < m.run_ids), None)
+        if within is not None:
+            skipped.append(f"{r.folder}: counted in the merged {within.folder}")
+        elif r.shard[1] <= 1:
+            out.append(r)
+        else:
+            found = sets.setdefault((r.stack, str(r.seed), r.shard[1]), [])
+            g = next((g for g in found if r.shard[0] not in {x.shard[0] for x in g}), None)
+            if g is None:
+                found.append([r])
+            else:
+                g.append(r)
+    for (stack, _seed, count), found in sets.items():
+        for g in found:
+            failed = any(x.failed for x in g)
+            if len(g) < count and not failed:
+                skipped.append(f"{g[0].folder}: {len(g)} of {count} shards, none failed (not "
+                               f"a result)")
+                continue
+            digests = {x.digest for x in g}
+            out.append(PastRun(g[0].folder, stack, failed, digests.pop() if len(digests) == 1
+                               else "", frozenset().union(*(x.run_ids for x in g))))
+    return out
 
 
 def order(names: Iterable[str]) -> list[str]:

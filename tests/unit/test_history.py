@@ -133,3 +133,27 @@ def test_nightlies_whose_workers_loaded_the_same_hip_bytes_are_one_stack(
     assert f"identical stacks (their workers loaded the same HIP and HSA bytes): " \
            f"{NIGHTLIES[1]} = {NIGHTLIES[2]}: tested once" in res.output
     assert f"  {NIGHTLIES[1]:<32}      0/32" in res.stdout  # both nightlies' runs, one row
+
+
+def test_a_sharded_gate_is_one_run_and_a_merged_folder_beside_its_shards_counts_once(
+        tmp_path: Path) -> None:
+    def shard(folder: Path, k: int, failed: bool) -> None:
+        gate_run(folder, failed, {"config": {"shard": [k, 2], "seed": 7}})
+        s = json.loads((folder / "summary.json").read_text())
+        s.update(run_id=f"{folder.parent.name}-{k}", seed=7)
+        (folder / "summary.json").write_text(json.dumps(s))
+
+    for v in NIGHTLIES[:3]:
+        shard(tmp_path / v / "shard-1", 0, False)
+        shard(tmp_path / v / "shard-2", 1, v == NIGHTLIES[1])
+    merged = tmp_path / NIGHTLIES[2] / "merged"
+    gate_run(merged, False)
+    s = json.loads((merged / "summary.json").read_text())
+    s.update(run_id=f"{NIGHTLIES[2]}-0+{NIGHTLIES[2]}-1", runs=[{}, {}])
+    (merged / "summary.json").write_text(json.dumps(s))
+    shard(tmp_path / NIGHTLIES[3] / "shard-1", 0, False)  # its other shard never came back
+    runs, skipped = read_runs([tmp_path])
+    assert sorted((r.stack, r.failed) for r in runs) == sorted(
+        [(NIGHTLIES[0], False), (NIGHTLIES[1], True), (NIGHTLIES[2], False)])
+    assert sum("counted in the merged" in s for s in skipped) == 2
+    assert any("1 of 2 shards, none failed (not a result)" in s for s in skipped)
