@@ -1,8 +1,8 @@
 """What a built stack IS, by content: the sha256 of every library and GPU code object its ROCm
 side ships (an unpacked tarball's tree, or the `_rocm_sdk_*` packages of a wheel venv), with
-its IREE side (what pip resolved, less the ROCm packages) and its env. Two consecutive
-nightlies with the same fingerprint are the same stack (TheRock#5763 found byte-identical
-libamdhip64 builds on consecutive nightlies): bisect tests them once. Version stamps (the
+its IREE side (what pip resolved, less the ROCm packages), its env and the compiler of its
+artifacts. Two consecutive nightlies with the same fingerprint are the same stack (TheRock#5763
+found byte-identical libamdhip64 builds on consecutive nightlies): bisect tests them once. Version stamps (the
 TheRock manifest, `.info/version`, cmake and pkg-config files) are left out: they differ in
 every build and no process loads them.
 
@@ -123,7 +123,8 @@ def of(built: Any) -> Fingerprint:
         files.update({prefix + k: v for k, v in tree_hashes(root).items()})
     iree = tuple(sorted(x for x in built.freeze if x.strip() and not _ROCM_PACKAGE.match(x)))
     blob = json.dumps({"files": files, "iree": iree, "env": sorted(built.stack.env),
-                       "python": built.stack.python, "rocm_side": bool(roots)}, sort_keys=True)
+                       "python": built.stack.python, "rocm_side": bool(roots),
+                       "compiler": built.stack.compiler}, sort_keys=True)  # (its artifacts)
     return Fingerprint(hashlib.sha256(blob.encode()).hexdigest(), files,
                        tuple(str(r) for r in roots), iree, sources(built))
 
