@@ -2,9 +2,9 @@
 side ships (an unpacked tarball's tree, or the `_rocm_sdk_*` packages of a wheel venv), with
 its IREE side (what pip resolved, less the ROCm packages), its env and the compiler of its
 artifacts. Two consecutive nightlies with the same fingerprint are the same stack (TheRock#5763
-found byte-identical libamdhip64 builds on consecutive nightlies): bisect tests them once. Version stamps (the
-TheRock manifest, `.info/version`, cmake and pkg-config files) are left out: they differ in
-every build and no process loads them.
+found byte-identical libamdhip64 builds on consecutive nightlies): bisect tests them once.
+Version stamps (the TheRock manifest, `.info/version`, cmake and pkg-config files) are left
+out: they differ in every build and no process loads them.
 
 The files' hashes are kept in the tree (`.fingerprint.json`), so a tree is hashed once.
 """
