@@ -227,7 +227,8 @@ def read_listing(url: str, get: Callable[[str], bytes] = fetch) -> list[Entry]:
     while page:
         data = get(page)
         pages += 1
-        if data.lstrip()[:5] == b"<?xml" or b"<ListBucketResult" in data[:512]:
+        if b"<ListBucketResult" in data[:4096]:  # (an XHTML page of links starts
+            #   with `<?xml` too: it is a page, not an empty S3 listing)
             found, page = parse_s3(data, page)
         else:
             found, page = parse_page(data, page), ""

@@ -280,3 +280,12 @@ def test_a_relative_cache_dir_still_names_the_downloads_from_a_stacks_file_elsew
     assert r.rc == 0, r.stderr
     for st in spec.load(tmp_path / "ci" / "stacks.toml").values():
         assert Path(st.rocm).is_file(), st.rocm
+
+
+def test_an_xhtml_page_of_links_is_read_as_a_page_not_as_an_s3_listing() -> None:
+    name = Nightly(NIGHTLIES[0]).filename
+    page = (f'<?xml version="1.0" encoding="UTF-8"?>\n<html xmlns="http://www.w3.org/1999/'
+            f'xhtml"><body><a href="{name}">{name}</a></body></html>').encode()
+    entries = listing.read_listing("https://index.invalid/nightlies/", lambda _url: page)
+    assert [(e.name, e.url) for e in entries] == [
+        (name, f"https://index.invalid/nightlies/{name}")]
