@@ -92,8 +92,12 @@ class Downloads:
         kept = self.record(url)
         if kept is not None and (size < 0 or kept.size == size):
             return kept
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".part-", dir=self.root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".part-", dir=self.root)
+        except OSError as exc:
+            raise DownloadError(f"cannot keep downloads in {self.root}: "
+                                f"{exc.strerror or exc}") from None
         h, got, started, shown = hashlib.sha256(), 0, time.monotonic(), 0.0
         try:
             with os.fdopen(fd, "wb") as out, \

@@ -289,3 +289,20 @@ def test_an_xhtml_page_of_links_is_read_as_a_page_not_as_an_s3_listing() -> None
     entries = listing.read_listing("https://index.invalid/nightlies/", lambda _url: page)
     assert [(e.name, e.url) for e in entries] == [
         (name, f"https://index.invalid/nightlies/{name}")]
+
+
+def test_an_output_or_cache_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    folder = index(tmp_path, NIGHTLIES[:2])
+    (tmp_path / "a-file").write_text("")
+    args = ("stacks", "--index", str(folder / "index.html"), "--from", NIGHTLIES[0], "--to",
+            NIGHTLIES[1], "-q")
+    r = run_cli(*args, "-o", str(tmp_path / "a-file" / "stacks.toml"), "--cache-dir",
+                str(tmp_path / "cache"))
+    assert r.rc == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"iree-stress: error: cannot write "
+                               f"{tmp_path / 'a-file' / 'stacks.toml'}: ")
+    r = run_cli(*args, "-o", str(tmp_path / "stacks.toml"), "--cache-dir",
+                str(tmp_path / "a-file" / "cache"))
+    assert r.rc == 3 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"iree-stress: error: cannot keep downloads in "
+                               f"{tmp_path / 'a-file' / 'cache' / 'downloads'}: ")
