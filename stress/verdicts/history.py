@@ -29,7 +29,7 @@ from typing import Any
 from stress.analysis.changepoint import PRIOR, Prior, first_rise
 from stress.analysis.stats import fmt_level
 from stress.errors import UsageError
-from stress.runtimes.listing import Build, version_kind
+from stress.runtimes.listing import Build, BuildKind, version_kind
 from stress.verdicts.bisect import CONFIDENCE, BisectResult, Outcome, bisect, next_stack, render
 from stress.verdicts.identical import apply, as_group_trials, describe, groups, merged
 from stress.verdicts.trials import Trial
@@ -226,8 +226,18 @@ def whole_runs(runs: Sequence[PastRun], skipped: list[str]) -> list[PastRun]:
 
 
 def order(names: Iterable[str]) -> list[str]:
-    """Stack names by build date (a version's own date; undated ones by version number)."""
-    return sorted(set(names), key=lambda n: Build(n, *version_kind(n)).sort_key())
+    """Stack names by build date (a version's own date); when some have no date (IREE
+    releases among dated rcs, `--by runtime`), by version number, a version's dated
+    prerelease builds before its release (3.10.0, 3.11.0rc20251016, 3.11.0)."""
+    builds = [Build(n, *version_kind(n)) for n in set(names)]
+    if all(b.date for b in builds):
+        return [b.version for b in sorted(builds, key=Build.sort_key)]
+
+    def by_number(b: Build) -> tuple[tuple[int, ...], bool, str, str]:
+        numbers = b.sort_key()[1]
+        return numbers, b.kind is BuildKind.RELEASE, b.date, b.version
+
+    return [b.version for b in sorted(builds, key=by_number)]
 
 
 def as_trials(runs: Sequence[PastRun], names: Mapping[str, str] | None = None) -> list[Trial]:

@@ -157,3 +157,11 @@ def test_a_sharded_gate_is_one_run_and_a_merged_folder_beside_its_shards_counts_
         [(NIGHTLIES[0], False), (NIGHTLIES[1], True), (NIGHTLIES[2], False)])
     assert sum("counted in the merged" in s for s in skipped) == 2
     assert any("1 of 2 shards, none failed (not a result)" in s for s in skipped)
+
+
+def test_iree_releases_and_their_dated_rcs_are_in_version_order_under_by_runtime() -> None:
+    from stress.verdicts.history import order
+
+    assert order(["3.11.0", "3.12.0rc20251120", "3.11.0rc20251016", "3.10.0"]) == \
+        ["3.10.0", "3.11.0rc20251016", "3.11.0", "3.12.0rc20251120"]
+    assert order(NIGHTLIES[::-1]) == NIGHTLIES  # all dated: by date (7.11 -> 10.0)
