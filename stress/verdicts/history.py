@@ -121,8 +121,8 @@ def stack_of(folder: Path, summary: Mapping[str, Any], by: By) -> str:
     """The stack a run ran on ('' when nothing says)."""
     manifest = summary.get("manifest") or {}
     if by is By.RUNTIME:
-        return str(manifest.get("iree_runtime") or "").split()[0] if \
-            manifest.get("iree_runtime") not in (None, "?") else ""
+        words = str(manifest.get("iree_runtime") or "").split()
+        return words[0] if words and words[0] != "?" else ""
     try:
         return str(json.loads((folder / STACK_FILE).read_text())["stack"])
     except (OSError, ValueError, KeyError, TypeError):

@@ -165,3 +165,12 @@ def test_iree_releases_and_their_dated_rcs_are_in_version_order_under_by_runtime
     assert order(["3.11.0", "3.12.0rc20251120", "3.11.0rc20251016", "3.10.0"]) == \
         ["3.10.0", "3.11.0rc20251016", "3.11.0", "3.12.0rc20251120"]
     assert order(NIGHTLIES[::-1]) == NIGHTLIES  # all dated: by date (7.11 -> 10.0)
+
+
+def test_a_run_whose_workers_reported_no_runtime_names_no_stack_under_by_runtime(
+        tmp_path: Path) -> None:
+    for i, reported in enumerate(("", "?", None, "3.12.0 (abc)")):
+        gate_run(tmp_path / f"run-{i}", False, {"iree_runtime": reported})
+    runs, skipped = read_runs([tmp_path], By.RUNTIME)
+    assert [r.stack for r in runs] == ["3.12.0"]
+    assert sum("no stack version found" in s for s in skipped) == 3
