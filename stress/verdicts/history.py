@@ -40,7 +40,7 @@ STACK_FILE: str = "stack.json"  # a compare/bisect trial's record of its stack
 SEARCH_DEPTH: int = 5  # gate-results/NIGHTLY/shard/run: folders this deep are searched
 VERSION = re.compile(r"(?<![0-9])\d+\.\d+\.\d+(?:a\d{8}(?:\+bkc\.\d{8})?|\.dev\d+\+[0-9a-f]+|"
                      r"rc\d+)(?![0-9A-Za-z])")  # TheRock's nightly, +bkc, dev, rc versions
-_SAME_LIBS: tuple[str, ...] = ("libamdhip64", "libhsa-runtime64")  # their bytes: the stack
+_SAME_LIBS: tuple[str, ...] = ("libamdhip64", "libhsa-runtime64")  # a ROCm side loaded
 
 
 class By(enum.Enum):
@@ -57,7 +57,7 @@ class PastRun:
     folder: Path
     stack: str
     failed: bool
-    digest: str = ""  # sha256 over the HIP/HSA libraries' hashes ('' unknown)
+    digest: str = ""  # sha256 over the HIP, HSA and IREE runtime libraries' ('' unknown)
     run_ids: frozenset[str] = frozenset()  # the store's runs (several: a merged folder)
     shard: tuple[int, int] = (0, 1)  # (0-based index, count) of a gate's sharded plan
     seed: object = None
@@ -147,8 +147,10 @@ def stack_of(folder: Path, summary: Mapping[str, Any], by: By) -> str:
 
 def _digest(manifest: Mapping[str, Any]) -> str:
     hashes = manifest.get("library_hashes") or {}
-    mine = sorted(h for p, h in hashes.items() if any(k in p for k in _SAME_LIBS))
-    return hashlib.sha256(json.dumps(mine).encode()).hexdigest() if mine else ""
+    if not any(k in p for p in hashes for k in _SAME_LIBS):
+        return ""  # (no ROCm library known: never the same stack as another)
+    return hashlib.sha256(json.dumps(sorted(hashes.values())).encode()).hexdigest()  # HIP,
+    #   HSA and the IREE runtime: a night whose IREE runtime changed is not the same stack
 
 
 def read_runs(paths: Iterable[Path], by: By = By.ROCM) -> tuple[list[PastRun], list[str]]:
@@ -272,7 +274,8 @@ def history(paths: Sequence[Path], by: By = By.ROCM, confidence: float = CONFIDE
         digests[n] = ds.pop() if len(ds) == 1 else ""
     parts = groups(names, digests)
     for g in merged(parts):
-        say(f"identical stacks (their workers loaded the same HIP and HSA bytes): {describe(g)}")
+        say(f"identical stacks (their workers loaded the same HIP, HSA and IREE runtime "
+            f"bytes): {describe(g)}")
     heads = [g[0] for g in parts]
     trials = as_group_trials(as_trials(runs), parts)
     result = bisect(_NoTrials(), heads, 0, confidence, len(trials), None, trials, prior)

@@ -130,8 +130,8 @@ def test_nightlies_whose_workers_loaded_the_same_hip_bytes_are_one_stack(
                 "library_hashes": {f"/opt/rocm-{v}/lib/libamdhip64.so.7": hip}})
     res = CliRunner().invoke(cli, ["history", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    assert f"identical stacks (their workers loaded the same HIP and HSA bytes): " \
-           f"{NIGHTLIES[1]} = {NIGHTLIES[2]}: tested once" in res.output
+    assert f"identical stacks (their workers loaded the same HIP, HSA and IREE runtime " \
+           f"bytes): {NIGHTLIES[1]} = {NIGHTLIES[2]}: tested once" in res.output
     assert f"  {NIGHTLIES[1]:<32}      0/32" in res.stdout  # both nightlies' runs, one row
 
 
@@ -174,3 +174,14 @@ def test_a_run_whose_workers_reported_no_runtime_names_no_stack_under_by_runtime
     runs, skipped = read_runs([tmp_path], By.RUNTIME)
     assert [r.stack for r in runs] == ["3.12.0"]
     assert sum("no stack version found" in s for s in skipped) == 3
+
+
+def test_nightlies_with_the_same_hip_bytes_under_another_iree_runtime_are_two_stacks(
+        tmp_path: Path) -> None:
+    for i, v in enumerate(NIGHTLIES[:3]):
+        gate_run(tmp_path / v / "run", False, {"library_hashes": {
+            f"/opt/rocm-{v}/lib/libamdhip64.so.7": "same hip",
+            "/venv/iree/_runtime_libs/_runtime.so": "iree a" if i < 2 else "iree b"}})
+    runs, _skipped = read_runs([tmp_path])
+    digests = {r.stack: r.digest for r in runs}
+    assert digests[NIGHTLIES[0]] == digests[NIGHTLIES[1]] != digests[NIGHTLIES[2]]
