@@ -22,9 +22,9 @@ from typing import Any
 
 from stress.fs import atomic_write, sha256_file
 
-LOADED = re.compile(r"\.so(\.[0-9.]+)?$|\.(co|hsaco|dat|kpack|msgpack)$")
-#   what a process maps or reads as code: shared libraries and GPU code objects (rocBLAS /
-#   hipBLASLt kernel files), not headers, cmake or version files
+LOADED = re.compile(r"\.so(\.[0-9][0-9A-Za-z.]*)?$|\.(co|hsaco|dat|kpack|msgpack)$")
+#   what a process maps or reads as code: shared libraries (libLLVM.so.20.0git too) and GPU
+#   code objects (rocBLAS / hipBLASLt kernel files), not headers, cmake or version files
 CACHE_FILE: str = ".fingerprint.json"
 MANIFEST_PATH: str = "share/therock/therock_manifest.json"  # in a tarball's tree; in a wheel
 #   venv under site-packages/_rocm_sdk_core/

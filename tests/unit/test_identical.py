@@ -193,3 +193,15 @@ def test_stacks_of_one_rocm_tree_whose_artifacts_come_from_two_compilers_are_not
     assert of(built("3.11.0")).rocm_side
     assert of(built("3.11.0")).digest == of(built("3.11.0")).digest
     assert of(built("3.11.0")).digest != of(built("3.13.0")).digest  # other modules run
+
+
+def test_a_library_with_letters_in_its_version_suffix_is_part_of_the_fingerprint(
+        tmp_path: Path) -> None:
+    from stress.runtimes.fingerprint import tree_hashes
+
+    (tmp_path / "lib" / "llvm" / "lib").mkdir(parents=True)
+    (tmp_path / "lib" / "llvm" / "lib" / "libLLVM.so.20.0git").write_bytes(b"llvm")
+    (tmp_path / "lib" / "libamdhip64.so.7").write_bytes(b"hip")
+    (tmp_path / "lib" / "libamdhip64.so.conf").write_bytes(b"not a library")
+    assert sorted(tree_hashes(tmp_path)) == ["lib/libamdhip64.so.7",
+                                             "lib/llvm/lib/libLLVM.so.20.0git"]
