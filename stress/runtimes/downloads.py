@@ -56,7 +56,8 @@ class Downloads:
     """The download cache under `cache_dir`."""
 
     def __init__(self, cache_dir: Path):
-        self.root = Path(cache_dir) / DOWNLOADS_DIR
+        self.root = Path(cache_dir).expanduser().absolute() / DOWNLOADS_DIR  # (a stacks
+        #   file names its downloads by this path, read relative to ITS folder, not the cwd)
 
     def blob(self, sha: str, name: str) -> Path:
         return self.root / "sha256" / sha / name
@@ -91,8 +92,12 @@ class Downloads:
         kept = self.record(url)
         if kept is not None and (size < 0 or kept.size == size):
             return kept
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".part-", dir=self.root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".part-", dir=self.root)
+        except OSError as exc:
+            raise DownloadError(f"cannot keep downloads in {self.root}: "
+                                f"{exc.strerror or exc}") from None
         h, got, started, shown = hashlib.sha256(), 0, time.monotonic(), 0.0
         try:
             with os.fdopen(fd, "wb") as out, \

@@ -1,10 +1,10 @@
 """What a built stack IS, by content: the sha256 of every library and GPU code object its ROCm
 side ships (an unpacked tarball's tree, or the `_rocm_sdk_*` packages of a wheel venv), with
-its IREE side (what pip resolved, less the ROCm packages) and its env. Two consecutive
-nightlies with the same fingerprint are the same stack (TheRock#5763 found byte-identical
-libamdhip64 builds on consecutive nightlies): bisect tests them once. Version stamps (the
-TheRock manifest, `.info/version`, cmake and pkg-config files) are left out: they differ in
-every build and no process loads them.
+its IREE side (what pip resolved, less the ROCm packages), its env and the compiler of its
+artifacts. Two consecutive nightlies with the same fingerprint are the same stack (TheRock#5763
+found byte-identical libamdhip64 builds on consecutive nightlies): bisect tests them once.
+Version stamps (the TheRock manifest, `.info/version`, cmake and pkg-config files) are left
+out: they differ in every build and no process loads them.
 
 The files' hashes are kept in the tree (`.fingerprint.json`), so a tree is hashed once.
 """
@@ -22,9 +22,9 @@ from typing import Any
 
 from stress.fs import atomic_write, sha256_file
 
-LOADED = re.compile(r"\.so(\.[0-9.]+)?$|\.(co|hsaco|dat|kpack|msgpack)$")
-#   what a process maps or reads as code: shared libraries and GPU code objects (rocBLAS /
-#   hipBLASLt kernel files), not headers, cmake or version files
+LOADED = re.compile(r"\.so(\.[0-9][0-9A-Za-z.]*)?$|\.(co|hsaco|dat|kpack|msgpack)$")
+#   what a process maps or reads as code: shared libraries (libLLVM.so.20.0git too) and GPU
+#   code objects (rocBLAS / hipBLASLt kernel files), not headers, cmake or version files
 CACHE_FILE: str = ".fingerprint.json"
 MANIFEST_PATH: str = "share/therock/therock_manifest.json"  # in a tarball's tree; in a wheel
 #   venv under site-packages/_rocm_sdk_core/
@@ -123,7 +123,8 @@ def of(built: Any) -> Fingerprint:
         files.update({prefix + k: v for k, v in tree_hashes(root).items()})
     iree = tuple(sorted(x for x in built.freeze if x.strip() and not _ROCM_PACKAGE.match(x)))
     blob = json.dumps({"files": files, "iree": iree, "env": sorted(built.stack.env),
-                       "python": built.stack.python, "rocm_side": bool(roots)}, sort_keys=True)
+                       "python": built.stack.python, "rocm_side": bool(roots),
+                       "compiler": built.stack.compiler}, sort_keys=True)  # (its artifacts)
     return Fingerprint(hashlib.sha256(blob.encode()).hexdigest(), files,
                        tuple(str(r) for r in roots), iree, sources(built))
 

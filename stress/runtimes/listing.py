@@ -37,7 +37,9 @@ _VERSION = re.compile(r"(?P<base>\d+\.\d+\.\d+)(?:a(?P<date>\d{8}))?(?:rc(?P<rc>
                       r"(?P<dev>\.dev\d+)?(?:\+(?P<local>[A-Za-z0-9.]+))?")
 _BKC = re.compile(r"bkc\.(\d{8})")
 _WHEEL = re.compile(r"(?P<name>[A-Za-z0-9_.]+?)-(?P<version>\d[A-Za-z0-9.+!]*?)"
-                    r"(?:-(?P<tags>[^/]+)\.whl|\.tar\.gz)")
+                    r"(?:-(?P<tags>[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*)\.whl|\.tar\.gz)")
+#   (a wheel's tags are letters, digits, '_' and '.' between dashes: never a quote, '#' or
+#   space, so a name found in a page's text does not run on into the next one)
 
 
 class BuildKind(enum.Enum):
@@ -225,7 +227,8 @@ def read_listing(url: str, get: Callable[[str], bytes] = fetch) -> list[Entry]:
     while page:
         data = get(page)
         pages += 1
-        if data.lstrip()[:5] == b"<?xml" or b"<ListBucketResult" in data[:512]:
+        if b"<ListBucketResult" in data[:4096]:  # (an XHTML page of links starts
+            #   with `<?xml` too: it is a page, not an empty S3 listing)
             found, page = parse_s3(data, page)
         else:
             found, page = parse_page(data, page), ""

@@ -230,6 +230,9 @@ def write_stacks(req: StacksRequest, say: Callable[[str], None]) -> Written:
     chosen = listing.choose(builds, req.start, req.end, req.include)
     got = _download(req, chosen.builds, downloads, say) if req.download else {}
     text = render(req, chosen.builds, got, downloads, chosen.describe_skipped())
-    atomic_write(req.output, text.encode())
+    try:
+        atomic_write(req.output, text.encode())
+    except OSError as exc:
+        raise UsageError(f"cannot write {req.output}: {exc.strerror or exc}") from None
     kept_only = [b.version for b in chosen.builds if b.version in gone]
     return Written(req.output, chosen.builds, chosen.describe_skipped(), kept_only)

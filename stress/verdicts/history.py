@@ -29,7 +29,7 @@ from typing import Any
 from stress.analysis.changepoint import PRIOR, Prior, first_rise
 from stress.analysis.stats import fmt_level
 from stress.errors import UsageError
-from stress.runtimes.listing import Build, version_kind
+from stress.runtimes.listing import Build, BuildKind, version_kind
 from stress.verdicts.bisect import CONFIDENCE, BisectResult, Outcome, bisect, next_stack, render
 from stress.verdicts.identical import apply, as_group_trials, describe, groups, merged
 from stress.verdicts.trials import Trial
@@ -40,7 +40,7 @@ STACK_FILE: str = "stack.json"  # a compare/bisect trial's record of its stack
 SEARCH_DEPTH: int = 5  # gate-results/NIGHTLY/shard/run: folders this deep are searched
 VERSION = re.compile(r"(?<![0-9])\d+\.\d+\.\d+(?:a\d{8}(?:\+bkc\.\d{8})?|\.dev\d+\+[0-9a-f]+|"
                      r"rc\d+)(?![0-9A-Za-z])")  # TheRock's nightly, +bkc, dev, rc versions
-_SAME_LIBS: tuple[str, ...] = ("libamdhip64", "libhsa-runtime64")  # their bytes: the stack
+_SAME_LIBS: tuple[str, ...] = ("libamdhip64", "libhsa-runtime64")  # a ROCm side loaded
 
 
 class By(enum.Enum):
@@ -57,7 +57,10 @@ class PastRun:
     folder: Path
     stack: str
     failed: bool
-    digest: str = ""  # sha256 over the HIP/HSA libraries' hashes ('' unknown)
+    digest: str = ""  # sha256 over the HIP, HSA and IREE runtime libraries' ('' unknown)
+    run_ids: frozenset[str] = frozenset()  # the store's runs (several: a merged folder)
+    shard: tuple[int, int] = (0, 1)  # (0-based index, count) of a gate's sharded plan
+    seed: object = None
 
 
 @dataclass
@@ -118,8 +121,8 @@ def stack_of(folder: Path, summary: Mapping[str, Any], by: By) -> str:
     """The stack a run ran on ('' when nothing says)."""
     manifest = summary.get("manifest") or {}
     if by is By.RUNTIME:
-        return str(manifest.get("iree_runtime") or "").split()[0] if \
-            manifest.get("iree_runtime") not in (None, "?") else ""
+        words = str(manifest.get("iree_runtime") or "").split()
+        return words[0] if words and words[0] != "?" else ""
     try:
         return str(json.loads((folder / STACK_FILE).read_text())["stack"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -144,8 +147,10 @@ def stack_of(folder: Path, summary: Mapping[str, Any], by: By) -> str:
 
 def _digest(manifest: Mapping[str, Any]) -> str:
     hashes = manifest.get("library_hashes") or {}
-    mine = sorted(h for p, h in hashes.items() if any(k in p for k in _SAME_LIBS))
-    return hashlib.sha256(json.dumps(mine).encode()).hexdigest() if mine else ""
+    if not any(k in p for p in hashes for k in _SAME_LIBS):
+        return ""  # (no ROCm library known: never the same stack as another)
+    return hashlib.sha256(json.dumps(sorted(hashes.values())).encode()).hexdigest()  # HIP,
+    #   HSA and the IREE runtime: a night whose IREE runtime changed is not the same stack
 
 
 def read_runs(paths: Iterable[Path], by: By = By.ROCM) -> tuple[list[PastRun], list[str]]:
@@ -169,13 +174,72 @@ def read_runs(paths: Iterable[Path], by: By = By.ROCM) -> tuple[list[PastRun], l
                 skipped.append(f"{folder}: no stack version found (manifest, libraries, path)")
             else:
                 runs.append(PastRun(folder, name, bool(s.get("failed")),
-                                    _digest(s.get("manifest") or {})))
-    return runs, skipped
+                                    _digest(s.get("manifest") or {}), _run_ids(s), _shard(s),
+                                    s.get("seed")))
+    return whole_runs(runs, skipped), skipped
+
+
+def _run_ids(summary: Mapping[str, Any]) -> frozenset[str]:
+    return frozenset(x for x in str(summary.get("run_id") or "").split("+") if x)
+
+
+def _shard(summary: Mapping[str, Any]) -> tuple[int, int]:
+    """A run's shard of its plan; a merged folder (store/merge.py: `runs`) is the whole."""
+    if len(summary.get("runs") or []) > 1:
+        return 0, 1
+    shard = ((summary.get("manifest") or {}).get("config") or {}).get("shard") or (0, 1)
+    try:
+        return int(shard[0]), int(shard[1])
+    except (TypeError, ValueError, IndexError):
+        return 0, 1
+
+
+def whole_runs(runs: Sequence[PastRun], skipped: list[str]) -> list[PastRun]:
+    """One trial a whole run of the plan: a folder whose runs a merged folder also holds is
+    left out (counted there), and the shards of one gate (`--shard K/N`: one stack, one
+    seed) are one run, failed when any shard failed; shards that are not all there and
+    failed nowhere are not a result (as an interrupted run)."""
+    out: list[PastRun] = []
+    sets: dict[tuple[str, str, int], list[list[PastRun]]] = {}
+    for r in runs:
+        within = next((m for m in runs if r.run_ids and r.run_ids < m.run_ids), None)
+        if within is not None:
+            skipped.append(f"{r.folder}: counted in the merged {within.folder}")
+        elif r.shard[1] <= 1:
+            out.append(r)
+        else:
+            found = sets.setdefault((r.stack, str(r.seed), r.shard[1]), [])
+            g = next((g for g in found if r.shard[0] not in {x.shard[0] for x in g}), None)
+            if g is None:
+                found.append([r])
+            else:
+                g.append(r)
+    for (stack, _seed, count), found in sets.items():
+        for g in found:
+            failed = any(x.failed for x in g)
+            if len(g) < count and not failed:
+                skipped.append(f"{g[0].folder}: {len(g)} of {count} shards, none failed (not "
+                               f"a result)")
+                continue
+            digests = {x.digest for x in g}
+            out.append(PastRun(g[0].folder, stack, failed, digests.pop() if len(digests) == 1
+                               else "", frozenset().union(*(x.run_ids for x in g))))
+    return out
 
 
 def order(names: Iterable[str]) -> list[str]:
-    """Stack names by build date (a version's own date; undated ones by version number)."""
-    return sorted(set(names), key=lambda n: Build(n, *version_kind(n)).sort_key())
+    """Stack names by build date (a version's own date); when some have no date (IREE
+    releases among dated rcs, `--by runtime`), by version number, a version's dated
+    prerelease builds before its release (3.10.0, 3.11.0rc20251016, 3.11.0)."""
+    builds = [Build(n, *version_kind(n)) for n in set(names)]
+    if all(b.date for b in builds):
+        return [b.version for b in sorted(builds, key=Build.sort_key)]
+
+    def by_number(b: Build) -> tuple[tuple[int, ...], bool, str, str]:
+        numbers = b.sort_key()[1]
+        return numbers, b.kind is BuildKind.RELEASE, b.date, b.version
+
+    return [b.version for b in sorted(builds, key=by_number)]
 
 
 def as_trials(runs: Sequence[PastRun], names: Mapping[str, str] | None = None) -> list[Trial]:
@@ -210,7 +274,8 @@ def history(paths: Sequence[Path], by: By = By.ROCM, confidence: float = CONFIDE
         digests[n] = ds.pop() if len(ds) == 1 else ""
     parts = groups(names, digests)
     for g in merged(parts):
-        say(f"identical stacks (their workers loaded the same HIP and HSA bytes): {describe(g)}")
+        say(f"identical stacks (their workers loaded the same HIP, HSA and IREE runtime "
+            f"bytes): {describe(g)}")
     heads = [g[0] for g in parts]
     trials = as_group_trials(as_trials(runs), parts)
     result = bisect(_NoTrials(), heads, 0, confidence, len(trials), None, trials, prior)

@@ -130,6 +130,58 @@ def test_nightlies_whose_workers_loaded_the_same_hip_bytes_are_one_stack(
                 "library_hashes": {f"/opt/rocm-{v}/lib/libamdhip64.so.7": hip}})
     res = CliRunner().invoke(cli, ["history", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    assert f"identical stacks (their workers loaded the same HIP and HSA bytes): " \
-           f"{NIGHTLIES[1]} = {NIGHTLIES[2]}: tested once" in res.output
+    assert f"identical stacks (their workers loaded the same HIP, HSA and IREE runtime " \
+           f"bytes): {NIGHTLIES[1]} = {NIGHTLIES[2]}: tested once" in res.output
     assert f"  {NIGHTLIES[1]:<32}      0/32" in res.stdout  # both nightlies' runs, one row
+
+
+def test_a_sharded_gate_is_one_run_and_a_merged_folder_beside_its_shards_counts_once(
+        tmp_path: Path) -> None:
+    def shard(folder: Path, k: int, failed: bool) -> None:
+        gate_run(folder, failed, {"config": {"shard": [k, 2], "seed": 7}})
+        s = json.loads((folder / "summary.json").read_text())
+        s.update(run_id=f"{folder.parent.name}-{k}", seed=7)
+        (folder / "summary.json").write_text(json.dumps(s))
+
+    for v in NIGHTLIES[:3]:
+        shard(tmp_path / v / "shard-1", 0, False)
+        shard(tmp_path / v / "shard-2", 1, v == NIGHTLIES[1])
+    merged = tmp_path / NIGHTLIES[2] / "merged"
+    gate_run(merged, False)
+    s = json.loads((merged / "summary.json").read_text())
+    s.update(run_id=f"{NIGHTLIES[2]}-0+{NIGHTLIES[2]}-1", runs=[{}, {}])
+    (merged / "summary.json").write_text(json.dumps(s))
+    shard(tmp_path / NIGHTLIES[3] / "shard-1", 0, False)  # its other shard never came back
+    runs, skipped = read_runs([tmp_path])
+    assert sorted((r.stack, r.failed) for r in runs) == sorted(
+        [(NIGHTLIES[0], False), (NIGHTLIES[1], True), (NIGHTLIES[2], False)])
+    assert sum("counted in the merged" in s for s in skipped) == 2
+    assert any("1 of 2 shards, none failed (not a result)" in s for s in skipped)
+
+
+def test_iree_releases_and_their_dated_rcs_are_in_version_order_under_by_runtime() -> None:
+    from stress.verdicts.history import order
+
+    assert order(["3.11.0", "3.12.0rc20251120", "3.11.0rc20251016", "3.10.0"]) == \
+        ["3.10.0", "3.11.0rc20251016", "3.11.0", "3.12.0rc20251120"]
+    assert order(NIGHTLIES[::-1]) == NIGHTLIES  # all dated: by date (7.11 -> 10.0)
+
+
+def test_a_run_whose_workers_reported_no_runtime_names_no_stack_under_by_runtime(
+        tmp_path: Path) -> None:
+    for i, reported in enumerate(("", "?", None, "3.12.0 (abc)")):
+        gate_run(tmp_path / f"run-{i}", False, {"iree_runtime": reported})
+    runs, skipped = read_runs([tmp_path], By.RUNTIME)
+    assert [r.stack for r in runs] == ["3.12.0"]
+    assert sum("no stack version found" in s for s in skipped) == 3
+
+
+def test_nightlies_with_the_same_hip_bytes_under_another_iree_runtime_are_two_stacks(
+        tmp_path: Path) -> None:
+    for i, v in enumerate(NIGHTLIES[:3]):
+        gate_run(tmp_path / v / "run", False, {"library_hashes": {
+            f"/opt/rocm-{v}/lib/libamdhip64.so.7": "same hip",
+            "/venv/iree/_runtime_libs/_runtime.so": "iree a" if i < 2 else "iree b"}})
+    runs, _skipped = read_runs([tmp_path])
+    digests = {r.stack: r.digest for r in runs}
+    assert digests[NIGHTLIES[0]] == digests[NIGHTLIES[1]] != digests[NIGHTLIES[2]]

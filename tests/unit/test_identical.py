@@ -171,3 +171,37 @@ def test_a_wheel_stacks_fingerprint_is_its_rocm_sdk_packages_without_version_sta
     assert a.iree_side == ("numpy==2.1.0",)
     manifest = therock_manifest(a)
     assert manifest is not None and manifest["rocm_package_version"] == "7.11.0a20251125"
+
+
+def test_stacks_of_one_rocm_tree_whose_artifacts_come_from_two_compilers_are_not_one_stack(
+        tmp_path: Path) -> None:
+    from stress.runtimes.fingerprint import of
+    from stress.runtimes.provision import Built
+    from stress.runtimes.spec import Stack
+
+    tree = tmp_path / "rocm"
+    (tree / "lib").mkdir(parents=True)
+    (tree / "lib" / "libamdhip64.so.7").write_bytes(b"one hip")
+
+    def built(compiler: str) -> Built:
+        st = Stack(f"c{compiler}", requirements=("iree-base-runtime==3.13.0", "numpy"),
+                   rocm=str(tree), compiler=compiler)
+        return Built(st, "python", freeze=["iree-base-runtime==3.13.0"],
+                     hip_library=str(tree / "lib" / "libamdhip64.so.7"),
+                     compiler=f"/cache/compiler-{compiler}/bin/iree-compile")
+
+    assert of(built("3.11.0")).rocm_side
+    assert of(built("3.11.0")).digest == of(built("3.11.0")).digest
+    assert of(built("3.11.0")).digest != of(built("3.13.0")).digest  # other modules run
+
+
+def test_a_library_with_letters_in_its_version_suffix_is_part_of_the_fingerprint(
+        tmp_path: Path) -> None:
+    from stress.runtimes.fingerprint import tree_hashes
+
+    (tmp_path / "lib" / "llvm" / "lib").mkdir(parents=True)
+    (tmp_path / "lib" / "llvm" / "lib" / "libLLVM.so.20.0git").write_bytes(b"llvm")
+    (tmp_path / "lib" / "libamdhip64.so.7").write_bytes(b"hip")
+    (tmp_path / "lib" / "libamdhip64.so.conf").write_bytes(b"not a library")
+    assert sorted(tree_hashes(tmp_path)) == ["lib/libamdhip64.so.7",
+                                             "lib/llvm/lib/libLLVM.so.20.0git"]

@@ -257,3 +257,52 @@ def test_an_s3_listing_without_continuation_tokens_pages_by_marker_and_a_saved_o
     saved.write_bytes(page(names, False))
     (e0, *_rest) = listing.read_listing(saved.as_uri())
     assert e0.url == (tmp_path / names[0]).as_uri()
+
+
+def test_a_simple_index_page_lists_each_wheel_once_by_its_own_name() -> None:
+    wheels = [f"rocm_sdk_core-{v}-py3-none-linux_x86_64.whl" for v in NIGHTLIES[:2]]
+    links = "\n".join(f'<a href="{w}#sha256={i}0">{w}</a><br/>' for i, w in enumerate(wheels))
+    page = f"<html><body>{links}</body></html>".encode()
+    url = "https://index.invalid/v2/gfx94X-dcgpu/rocm-sdk-core/"
+    assert [e.name for e in listing.parse_page(page, url)] == wheels
+    embedded = f"<script>var files = {json.dumps(wheels)};</script>".encode()
+    assert [e.name for e in listing.parse_page(embedded, url)] == wheels
+    assert sorted(listing.package_files(listing.parse_page(embedded, url), "rocm-sdk-core")) \
+        == NIGHTLIES[:2]
+
+
+def test_a_relative_cache_dir_still_names_the_downloads_from_a_stacks_file_elsewhere(
+        tmp_path: Path) -> None:
+    folder = index(tmp_path, NIGHTLIES[:2])
+    r = run_cli("stacks", "--index", str(folder / "index.html"), "--from", NIGHTLIES[0], "--to",
+                NIGHTLIES[1], "-o", "ci/stacks.toml", "--cache-dir", "cache", "-q",
+                cwd=tmp_path)
+    assert r.rc == 0, r.stderr
+    for st in spec.load(tmp_path / "ci" / "stacks.toml").values():
+        assert Path(st.rocm).is_file(), st.rocm
+
+
+def test_an_xhtml_page_of_links_is_read_as_a_page_not_as_an_s3_listing() -> None:
+    name = Nightly(NIGHTLIES[0]).filename
+    page = (f'<?xml version="1.0" encoding="UTF-8"?>\n<html xmlns="http://www.w3.org/1999/'
+            f'xhtml"><body><a href="{name}">{name}</a></body></html>').encode()
+    entries = listing.read_listing("https://index.invalid/nightlies/", lambda _url: page)
+    assert [(e.name, e.url) for e in entries] == [
+        (name, f"https://index.invalid/nightlies/{name}")]
+
+
+def test_an_output_or_cache_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    folder = index(tmp_path, NIGHTLIES[:2])
+    (tmp_path / "a-file").write_text("")
+    args = ("stacks", "--index", str(folder / "index.html"), "--from", NIGHTLIES[0], "--to",
+            NIGHTLIES[1], "-q")
+    r = run_cli(*args, "-o", str(tmp_path / "a-file" / "stacks.toml"), "--cache-dir",
+                str(tmp_path / "cache"))
+    assert r.rc == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"iree-stress: error: cannot write "
+                               f"{tmp_path / 'a-file' / 'stacks.toml'}: ")
+    r = run_cli(*args, "-o", str(tmp_path / "stacks.toml"), "--cache-dir",
+                str(tmp_path / "a-file" / "cache"))
+    assert r.rc == 3 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"iree-stress: error: cannot keep downloads in "
+                               f"{tmp_path / 'a-file' / 'cache' / 'downloads'}: ")
