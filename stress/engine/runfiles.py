@@ -75,7 +75,8 @@ class RunFiles:
                    "threads": self.cfg.threads, "seed": self.cfg.seed,
                    "inject": self.cfg.inject,
                    "programs": {p.name: {"program": p.to_dict(),
-                                         "vmfb": str(self.cfg.artifacts[p.name])}
+                                         "vmfb": str(self.cfg.artifacts[p.name]),
+                                         "numerics": self.cfg.numerics_of(p).value}
                                 for p in self.cfg.programs}}
             atomic_write(self.config_for(i), json.dumps(cfg).encode())
 

@@ -216,7 +216,7 @@ static void run_nodes(node_t *nodes, size_t n);
 
 static void run_op(op_t *op) {
   switch (op->kind) {
-    case OP_COPY: memmove(op->dst, op->src, op->bytes); break;
+    case OP_COPY: memmove(op->dst, op->src, op->bytes); free(op->arg); break;  /* arg: staged */
     case OP_FILL: fill(op->dst, op->value, op->width, op->bytes); break;
     case OP_RECORD: event_complete(op->event, op->gen); event_unref(op->event); break;
     case OP_WAIT: event_wait(op->event, op->gen); event_unref(op->event); break;
@@ -787,15 +787,26 @@ EXPORT hipError_t hipMemcpy(void *dst, const void *src, size_t bytes, int kind) 
   return hipSuccess;
 }
 
+static const int MEMCPY_HOST_TO_DEVICE = 1;  /* hipMemcpyHostToDevice */
+
 EXPORT hipError_t hipMemcpyAsync(void *dst, const void *src, size_t bytes, int kind,
                                  stream_t *s) {
-  (void)kind;
   if (bytes && (!dst || !src)) return ret(hipErrorInvalidValue);
+  if (kind == MEMCPY_HOST_TO_DEVICE && s && bytes) {
+    /* A copy from host memory reads its source before the call returns, as HIP does from
+     * pageable memory (staged): the caller may reuse the memory at once (IREE's command
+     * buffers free their arena copies when the stream still has to reach the copy). */
+    void *staged = malloc(bytes);
+    if (!staged) return ret(hipErrorOutOfMemory);
+    memcpy(staged, src, bytes);
+    return submit(s, (op_t){.kind = OP_COPY, .dst = dst, .src = staged, .bytes = bytes,
+                            .arg = staged});
+  }
   return submit(s, (op_t){.kind = OP_COPY, .dst = dst, .src = src, .bytes = bytes});
 }
 
 EXPORT hipError_t hipMemcpyHtoDAsync(void *dst, void *src, size_t bytes, stream_t *s) {
-  return hipMemcpyAsync(dst, src, bytes, 1, s);
+  return hipMemcpyAsync(dst, src, bytes, MEMCPY_HOST_TO_DEVICE, s);
 }
 
 EXPORT hipError_t hipMemset(void *dst, int value, size_t bytes) {
