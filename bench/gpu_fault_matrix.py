@@ -153,7 +153,7 @@ def judge(fault: Fault, pattern: str, got: dict[str, Any], debuggers: str = "on"
         for k, v in sorted(counts.items())) or "none"
     if probe:
         recorded += f" (+ probe {', '.join(f['class'] for f in probe)})"
-    frame_fn = f"iree_fault_{fault.mode}"
+    frame_fn = getattr(fault, "frame", "") or f"iree_fault_{fault.mode}"  # (a stand-in: its own)
     main = [g for g in got["signatures"] if g["class"] == expected]
     main.sort(key=lambda g: -g["count"])
     state = frame = rate = "-"

@@ -99,6 +99,9 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
                             for d in devices]
         if devices:
             facts["device_info"] = drv.dump_device_info(devices[0]["device_id"])[:4000]
+        # while the driver lives: a driver that dlcloses its library at release (hip) leaves
+        #   no trace of it in the maps read below
+        facts["driver_libraries"] = _gpu_libraries()
         writer.end(Step.DRIVER_CREATE)
         writer.begin(Step.DRIVER_RELEASE)
         del drv

@@ -25,14 +25,14 @@
  *      events-block   the same thread blocks forever instead (blocked)
  *      cleanup-segv   cleanup wakes the events thread through a wake signal that was never
  *                     initialized (the polling thread started before it): SIGSEGV
- *      dlclose-crash  hipInit registers an exit handler that outlives the library: after
+ *      dlclose-segv   hipInit registers an exit handler that outlives the library: after
  *                     dlclose, process exit calls into unmapped code (the dlopen + hipInit +
  *                     dlclose canary): SIGSEGV with no frame of ours
  *      release-spin   hipStreamSynchronize spins when a device releases its streams
  *      release-block  ... blocks there instead
  *   FAKEHIP_FAULT_PROB=P          probability per process (cleanup faults) or per stream
  *                                 release (release faults); default 1
- *   FAKEHIP_COUNT_FILE=PATH       one line appended per fired fault ("fakehip NAME PID"): the
+ *   FAKEHIP_COUNT_FILE=PATH       one line appended per fired fault ("events spin PID"): the
  *                                 ground truth, independent of the tool
  *   FAKEHIP_LAUNCH_FILE=PATH      one line appended at cleanup: "launches N PID" (kernels
  *                                 counted by the stream threads) when N > 0
@@ -72,10 +72,10 @@ static const uint32_t ALLOC_MAGIC = 0x46484950;  /* "FHIP": ours to free */
 
 /* ---- faults -------------------------------------------------------------------------- */
 
-enum fault { F_NONE, F_EVENTS_SPIN, F_EVENTS_BLOCK, F_CLEANUP_SEGV, F_DLCLOSE_CRASH,
+enum fault { F_NONE, F_EVENTS_SPIN, F_EVENTS_BLOCK, F_CLEANUP_SEGV, F_DLCLOSE_SEGV,
              F_RELEASE_SPIN, F_RELEASE_BLOCK };
 static const char *const FAULT_NAMES[] = {"none", "events-spin", "events-block", "cleanup-segv",
-                                          "dlclose-crash", "release-spin", "release-block"};
+                                          "dlclose-segv", "release-spin", "release-block"};
 static enum fault fault;
 static double fault_prob = 1.0;
 static int device_count = 1;
@@ -107,8 +107,10 @@ static int fires(enum fault which) {
   static int fired;
   if (fault != which || uniform() >= fault_prob) return 0;
   if (__atomic_exchange_n(&fired, 1, __ATOMIC_SEQ_CST)) return 0;
-  char line[96];
-  snprintf(line, sizeof line, "fakehip %s %d\n", FAULT_NAMES[which], (int)getpid());
+  char line[96];  /* "WHERE MODE PID", as tests/native/libfault.c writes its own */
+  snprintf(line, sizeof line, "%s %d\n", FAULT_NAMES[which], (int)getpid());
+  char *dash = strchr(line, '-');
+  if (dash) *dash = ' ';
   append_line("FAKEHIP_COUNT_FILE", line);
   return 1;
 }
@@ -333,7 +335,7 @@ static void start_runtime(void) {
   if (pthread_create(&events_thread, NULL, fakehip_events_thread, NULL) == 0)
     events_started = 1;
   events_wake = &events_wake_storage;
-  if (fires(F_DLCLOSE_CRASH)) {
+  if (fires(F_DLCLOSE_SEGV)) {
     /* No DSO handle: glibc keeps the handler past dlclose and calls it at exit, when this
      * library's code is no longer mapped. */
     extern int __cxa_atexit(void (*)(void *), void *, void *);

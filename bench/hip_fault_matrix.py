@@ -1,0 +1,150 @@
+"""The HIP fault matrix on the stand-in libamdhip64 (issue 37): IREE's real hip driver (the
+installed iree-base-runtime) runs on tests/native/fakehip.c, and each of the stand-in's faults
+is turned on in one soak per pattern where it fires. Each cell is judged as in
+bench/gpu_fault_matrix.py (its `judge`): the class recorded (segv -> crash; spin ->
+teardown_hang, busy; block -> teardown_hang, blocked), the faulting frame found in the
+signature's stack, busy vs blocked, and the rate per exposure beside the fault's probability,
+against the stand-in's own count of faults fired (the ground truth).
+
+    python bench/hip_fault_matrix.py [--duration 20] [--faults ...] [--out FILE]
+
+The stand-in runs no kernels: the soaks run the transfer-only corpus programs (results checked
+end to end). Where a fault fires: the library-cleanup faults (events-*, cleanup-segv) at every
+unload of the library (IREE's driver dlcloses it when it is destroyed: the worker's facts step,
+instance-churn, process exit); dlclose-segv at the exit of a process that unloaded it after
+hipInit; release-* in hipStreamSynchronize when a device releases its streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import ROOT, header  # noqa: E402
+from gpu_fault_matrix import _DEBUGGERS, judge, keep_odd, path_without_debuggers  # noqa: E402
+
+from tests.helpers import fakehip  # noqa: E402
+
+PROGRAMS: str = "transfer.*"
+_CLEANUP: tuple[str, ...] = ("instance-churn", "exit-clean", "process-per-job")
+_RELEASE: tuple[str, ...] = ("per-call", "churn", "exit-clean")
+
+
+@dataclass(frozen=True)
+class HipFault:
+    name: str  # FAKEHIP_FAULT's value
+    prob: float
+    patterns: tuple[str, ...]
+    mode: str  # segv | spin | block
+    frame: str  # the function a signature's stack must name
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        return (("FAKEHIP_FAULT", self.name), ("FAKEHIP_FAULT_PROB", str(self.prob)))
+
+    def expected(self, pattern: str) -> str:
+        return "crash" if self.mode == "segv" else "teardown_hang"
+
+    def state(self) -> str:
+        return {"segv": "-", "spin": "busy", "block": "blocked"}[self.mode]
+
+
+FAULTS: tuple[HipFault, ...] = (
+    HipFault("events-spin", 0.3, _CLEANUP, "spin", "fakehip_events_thread_spin"),
+    HipFault("events-block", 0.3, _CLEANUP, "block", "fakehip_events_thread_block"),
+    HipFault("cleanup-segv", 0.3, _CLEANUP, "segv", "fakehip_wake_events_thread"),
+    # the handler's code is gone when exit calls it: the frame is exit's, none of ours
+    HipFault("dlclose-segv", 0.3, ("exit-clean", "process-per-job"), "segv",
+             "__run_exit_handlers"),
+    HipFault("release-spin", 0.1, _RELEASE, "spin", "fakehip_release_spin"),
+    HipFault("release-block", 0.1, _RELEASE, "block", "fakehip_release_block"),
+)
+
+
+def cell(fault: HipFault, pattern: str, args: argparse.Namespace, lib: Path,
+         folder: Path) -> dict[str, Any]:
+    run = folder / f"{fault.name}-{pattern}"
+    count = folder / f"{fault.name}-{pattern}.fired"
+    env = dict(os.environ)
+    if args.debuggers == "off":
+        env["PATH"] = path_without_debuggers()
+    argv = [sys.executable, "-m", "stress", "soak", "--target", "rocm", "--patterns", pattern,
+            "--programs", PROGRAMS, "--duration", f"{args.duration:g}s", "--workers",
+            str(args.workers), "--timeout", "5s", "--teardown-timeout",
+            f"{args.teardown_timeout:g}s", "--max-worker-restarts", "100000", "--json", "-q",
+            "--results", str(run), "--env", f"{fakehip.ENV_DYLIB}={fakehip.dylib_env(lib)}",
+            "--env", f"FAKEHIP_COUNT_FILE={count}",
+            *[x for k, v in fault.env for x in ("--env", f"{k}={v}")]]
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=args.duration * 6 + 600)
+    if out.returncode not in (0, 1):
+        return {"error": f"soak exit {out.returncode}: {out.stderr.strip()[-300:]}"}
+    s = json.loads(out.stdout)
+    rep = subprocess.run([sys.executable, "-m", "stress", "report", str(run), "--format",
+                          "json"], capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=600)
+    sigs = json.loads(rep.stdout)["signatures"] if rep.returncode in (0, 1) else []
+    fired = count.read_text().split("\n") if count.exists() else []
+    want = fault.name.replace("-", " ")
+    return {"summary": s, "signatures": sigs,
+            "fired": sum(1 for line in fired if line.startswith(want))}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--teardown-timeout", type=float, default=2.0)
+    ap.add_argument("--debuggers", choices=("on", "off"), default="on")
+    ap.add_argument("--faults", default=",".join(f.name for f in FAULTS))
+    ap.add_argument("--out", help="also write the table here")
+    ap.add_argument("--keep-odd", metavar="DIR",
+                    help="copy the evidence of failures of an unexpected class here")
+    args = ap.parse_args()
+    head = header()
+    lib = fakehip.build()
+    print(f"# stand-in {lib}; debuggers {args.debuggers}: "
+          + (", ".join(f"{g}={shutil.which(g)}" for g in _DEBUGGERS if shutil.which(g))
+             if args.debuggers == "on" else "none on PATH"), flush=True)
+    chosen = [f for f in FAULTS if f.name in args.faults.split(",")]
+    cols = ("fault", "pattern", "p", "fired", "expected", "recorded", "state", "frame",
+            "rate per exposure [95%]", "cell")
+    rows: list[list[str]] = []
+    with tempfile.TemporaryDirectory(prefix="hip-fault-matrix-") as tmp:
+        for fault in chosen:
+            for pattern in fault.patterns:
+                got = cell(fault, pattern, args, lib, Path(tmp))
+                row = judge(fault, pattern, got, args.debuggers)  # type: ignore[arg-type]
+                if args.keep_odd and row[-1] == "MISMATCH":
+                    keep_odd(got, fault.expected(pattern), Path(args.keep_odd),
+                             f"{fault.name}-{pattern}")
+                rows.append(row)
+                print("  ".join(row), flush=True)
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    table = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
+    table += ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)) for r in rows]
+    bad = sum(r[-1] not in ("OK", "NOT FIRED") for r in rows)
+    unfired = sum(r[-1] == "NOT FIRED" for r in rows)
+    table.append(f"# {len(rows)} cells, {len(rows) - bad - unfired} OK, {bad} not, {unfired} "
+                 f"where the fault never fired; target rocm on the stand-in HIP library "
+                 f"(IREE's hip driver, kernels not run), programs {PROGRAMS}, "
+                 f"{args.duration:g} s soaks, {args.workers} workers, teardown deadline "
+                 f"{args.teardown_timeout:g} s")
+    print("\n" + "\n".join(table))
+    if args.out:
+        Path(args.out).write_text("\n".join([head, *table]) + "\n")
+    return 0 if not bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
