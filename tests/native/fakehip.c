@@ -115,14 +115,14 @@ static int fires(enum fault which) {
   return 1;
 }
 
-__attribute__((noinline)) static void fakehip_spin_forever(void) {
-  for (;;) __asm__ volatile("" ::: "memory");
-}
-
-__attribute__((noinline)) static void fakehip_block_forever(void) {
-  static int word;
-  for (;;) syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
-}
+/* Each stuck place spins or blocks in its own function body (not by calling a shared one: a
+ * tail call would leave the named frame off the stack), so stacks name the fault. */
+#define SPIN_FOREVER() for (;;) __asm__ volatile("" ::: "memory")
+#define BLOCK_FOREVER()                                                      \
+  do {                                                                       \
+    static int word_;                                                        \
+    for (;;) syscall(SYS_futex, &word_, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0); \
+  } while (0)
 
 /* ---- per-thread state ---------------------------------------------------------------- */
 
@@ -308,8 +308,8 @@ static pthread_t events_thread;
 static int events_started;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
-__attribute__((noinline)) static void fakehip_events_thread_spin(void) { fakehip_spin_forever(); }
-__attribute__((noinline)) static void fakehip_events_thread_block(void) { fakehip_block_forever(); }
+__attribute__((noinline)) static void fakehip_events_thread_spin(void) { SPIN_FOREVER(); }
+__attribute__((noinline)) static void fakehip_events_thread_block(void) { BLOCK_FOREVER(); }
 
 static void *fakehip_events_thread(void *arg) {
   (void)arg;
@@ -623,8 +623,8 @@ EXPORT hipError_t hipStreamCreateWithFlags(stream_t **out, unsigned int flags) {
 
 static __thread int releasing;  /* inside hipStreamDestroy: a device is being released */
 
-__attribute__((noinline)) static void fakehip_release_spin(void) { fakehip_spin_forever(); }
-__attribute__((noinline)) static void fakehip_release_block(void) { fakehip_block_forever(); }
+__attribute__((noinline)) static void fakehip_release_spin(void) { SPIN_FOREVER(); }
+__attribute__((noinline)) static void fakehip_release_block(void) { BLOCK_FOREVER(); }
 
 EXPORT hipError_t hipStreamSynchronize(stream_t *s) {
   if (releasing) {
