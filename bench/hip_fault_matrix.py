@@ -6,6 +6,12 @@ teardown_hang, busy; block -> teardown_hang, blocked), the faulting frame found 
 signature's stack, busy vs blocked, and the rate per exposure beside the fault's probability,
 against the stand-in's own count of faults fired (the ground truth).
 
+The events-* faults stall a thread that is not the one stuck in the HAL step: IREE's driver
+release (dlclose) waits in the stand-in's cleanup, joining an async-events thread that spins
+or blocks. The failing thread is then `blocked` either way, its frame the cleanup's wait
+(`fakehip_cleanup`); what tells spin from block is the process: a process whose other thread
+burns a core is `busy` (failure.json's `process_activity`, the column `process`).
+
     python bench/hip_fault_matrix.py [--duration 20] [--faults ...] [--out FILE]
 
 The stand-in runs no kernels: the soaks run the transfer-only corpus programs (results checked
@@ -47,6 +53,8 @@ class HipFault:
     patterns: tuple[str, ...]
     mode: str  # segv | spin | block
     frame: str  # the function a signature's stack must name
+    process: str = ""  # the stalled process's activity (busy | blocked), where it differs
+    failing: str = ""  # the failing thread's state, where not the fault's own (events-*)
 
     @property
     def env(self) -> tuple[tuple[str, str], ...]:
@@ -56,13 +64,13 @@ class HipFault:
         return "crash" if self.mode == "segv" else "teardown_hang"
 
     def state(self) -> str:
-        return {"segv": "-", "spin": "busy", "block": "blocked"}[self.mode]
+        return self.failing or {"segv": "-", "spin": "busy", "block": "blocked"}[self.mode]
 
 
 FAULTS: tuple[HipFault, ...] = (
-    HipFault("events-spin", 0.3, _CLEANUP, "spin", "fakehip_events_thread_spin"),
-    HipFault("events-block", 0.3, _CLEANUP, "block", "fakehip_events_thread_block"),
-    HipFault("cleanup-segv", 0.3, _CLEANUP, "segv", "fakehip_wake_events_thread"),
+    HipFault("events-spin", 0.5, _CLEANUP, "spin", "fakehip_cleanup", "busy", "blocked"),
+    HipFault("events-block", 0.5, _CLEANUP, "block", "fakehip_cleanup", "blocked", "blocked"),
+    HipFault("cleanup-segv", 0.5, _CLEANUP, "segv", "fakehip_wake_events_thread"),
     # the handler's code is gone when exit calls it: the frame is exit's, none of ours
     HipFault("dlclose-segv", 0.3, ("exit-clean", "process-per-job"), "segv",
              "__run_exit_handlers"),
@@ -100,6 +108,23 @@ def cell(fault: HipFault, pattern: str, args: argparse.Namespace, lib: Path,
             "fired": sum(1 for line in fired if line.startswith(want))}
 
 
+def process_activity(fault: HipFault, got: dict[str, Any]) -> str:
+    """The stalled processes' activity (failure.json's `process_activity`) over the failures
+    of the fault's class, each value once; "-" where the fault does not say one."""
+    if not fault.process or "error" in got:
+        return "-"
+    seen: list[str] = []
+    for f in got["summary"].get("failures_detail", []):
+        if f["class"] != fault.expected(""):
+            continue
+        try:
+            meta = json.loads((Path(f.get("artifacts") or "") / "failure.json").read_text())
+        except (OSError, ValueError):
+            continue
+        seen.append(str(meta.get("process_activity") or "?"))
+    return ", ".join(dict.fromkeys(seen)) or "?"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=20.0)
@@ -117,14 +142,18 @@ def main() -> int:
           + (", ".join(f"{g}={shutil.which(g)}" for g in _DEBUGGERS if shutil.which(g))
              if args.debuggers == "on" else "none on PATH"), flush=True)
     chosen = [f for f in FAULTS if f.name in args.faults.split(",")]
-    cols = ("fault", "pattern", "p", "fired", "expected", "recorded", "state", "frame",
-            "rate per exposure [95%]", "cell")
+    cols = ("fault", "pattern", "p", "fired", "expected", "recorded", "state", "process",
+            "frame", "rate per exposure [95%]", "cell")
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory(prefix="hip-fault-matrix-") as tmp:
         for fault in chosen:
             for pattern in fault.patterns:
                 got = cell(fault, pattern, args, lib, Path(tmp))
                 row = judge(fault, pattern, got, args.debuggers)  # type: ignore[arg-type]
+                proc = process_activity(fault, got)
+                row.insert(7, proc)
+                if fault.process and row[-1] == "OK" and proc != fault.process:
+                    row[-1] = "MISMATCH"  # spin and block told apart by the process
                 if args.keep_odd and row[-1] == "MISMATCH":
                     keep_odd(got, fault.expected(pattern), Path(args.keep_odd),
                              f"{fault.name}-{pattern}")

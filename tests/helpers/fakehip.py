@@ -47,3 +47,32 @@ def dylib_env(library: Path) -> str:
     """IREE_HIP_DYLIB_PATH's value binding exactly `library` (a bare path is taken for a
     folder to search)."""
     return f"file:{library}"
+
+
+def runtime_library() -> Path:
+    """The installed iree-base-runtime's native library (where its hip driver lives)."""
+    import iree._runtime_libs as libs
+
+    found = sorted(Path(libs.__file__).parent.glob("_runtime*.so"))
+    if not found:
+        raise FileNotFoundError("no _runtime*.so in the installed iree._runtime_libs")
+    return found[0]
+
+
+def required_symbols(runtime: Path) -> list[str]:
+    """The HIP entry points the runtime's hip driver resolves by name: the `hip*` function
+    names in its strings (its error-code names, hipError*/hipSuccess, are no symbols)."""
+    import re
+
+    names = set(re.findall(rb"(?<![A-Za-z0-9_])(hip[A-Z][A-Za-z0-9_]+)\x00", runtime.read_bytes()))
+    return sorted(n.decode() for n in names if not n.startswith((b"hipError", b"hipSuccess")))
+
+
+def missing_symbols(library: Path, runtime: Path) -> list[str]:
+    """One line per HIP symbol the runtime's driver resolves that `library` does not export
+    (empty: IREE's driver can load it)."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(library))
+    return [f"missing HIP symbol {name} (resolved by {runtime.name}'s hip driver)"
+            for name in required_symbols(runtime) if not hasattr(lib, name)]
