@@ -129,8 +129,11 @@ def numerics(m: dict[str, Any]) -> str:
             return f"{Numerics.OFF.describe()} ({why})"
         unchecked = f"{Numerics.OFF.describe()} for {len(off)} of {len(programs)} ({why}); "
         programs = checked
+    named = f" for {_names(programs)}" if off else ""
+    if cfg.get("numerics") == Numerics.REPEAT.value:
+        return f"{unchecked}{Numerics.REPEAT.describe()} (--numerics repeat){named}"
     if not only:
-        return unchecked + "numpy reference" + (f" for {_names(programs)}" if off else "")
+        return f"{unchecked}numpy reference{named}"
     rest = len(programs) - len(only)
     return (f"{unchecked}{REPEATABILITY_ONLY}: {_names(only)} (each result against the first)"
             + (f"; numpy reference for the other {rest}" if rest > 0 else ""))

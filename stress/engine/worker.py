@@ -121,7 +121,8 @@ def _gpu_libraries() -> list[str]:
         with open(f"/proc/{os.getpid()}/maps") as f:
             for line in f:
                 path = line.rsplit(None, 1)[-1] if "/" in line else ""
-                if any(k in path.lower() for k in keys):
+                # shared libraries only: a run folder named for rocm maps its journal too
+                if ".so" in os.path.basename(path) and any(k in path.lower() for k in keys):
                     found.add(path.strip())
     except OSError:
         pass

@@ -81,9 +81,11 @@ def test_module_load_takes_only_an_amdgpu_code_object(stand_in: Path, tmp_path: 
 
 
 def _soak(lib: Path, run: Path, launches: Path, patterns: str, programs: str,
-          duration: str) -> dict[str, Any]:
+          invocations: int) -> dict[str, Any]:
+    # a planned number of invocations, not a duration: every pattern gets its jobs however
+    #   slow the machine is
     res = run_cli("soak", "--target", "rocm", "--patterns", patterns, "--programs", programs,
-                  "--duration", duration, "--workers", "2", "--results", str(run),
+                  "--invocations", str(invocations), "--workers", "2", "--results", str(run),
                   "--env", f"{fakehip.ENV_DYLIB}={fakehip.dylib_env(lib)}",
                   "--env", f"FAKEHIP_LAUNCH_FILE={launches}", "--json", "-q", timeout=400)
     assert res.rc in (0, 1), res.stderr[-3000:]
@@ -103,8 +105,8 @@ def test_rocm_soak_on_the_stand_in_runs_every_pattern_and_exit_path(
     stand-in device and the library loaded; kernels launched and counted by the stand-in;
     the transfer-only programs checked end to end (the others unchecked: no kernel ran)."""
     launches = tmp_path / "launches"
-    core = _soak(stand_in, tmp_path / "core", launches, "all", _PROGRAMS, "6s")
-    exits = _soak(stand_in, tmp_path / "exits", launches, "exit", "transfer.slice.*", "12s")
+    core = _soak(stand_in, tmp_path / "core", launches, "all", _PROGRAMS, 600)
+    exits = _soak(stand_in, tmp_path / "exits", launches, "exit", "transfer.slice.*", 48)
     ran = {p for s in (core, exits) for p, n in s["patterns"].items() if n > 0}
     want = {"shared", "per-thread", "per-call", "churn", "instance-churn", "cross-thread",
             "process-per-job", "exit-clean", "exit-alive", "exit-inflight", "exit-thread",
@@ -120,8 +122,9 @@ def test_rocm_soak_on_the_stand_in_runs_every_pattern_and_exit_path(
     assert sum(int(line.split()[1]) for line in launches.read_text().splitlines()) > 0
     # the header says what ran: the stand-in, the library, how results were checked
     rep = run_cli("report", str(tmp_path / "core"))
-    assert f"device: hip: {fakehip.DEVICE_NAME}" in rep.stdout
-    assert f"driver: hip, library {stand_in}" in rep.stdout
+    header = {k: v for k, _, v in (line.partition(": ") for line in rep.stdout.splitlines())}
+    assert header["device"] == f"hip: {fakehip.DEVICE_NAME}", header
+    assert header["driver"] == f"hip, library {stand_in}", header
     numerics = next(line for line in rep.stdout.splitlines() if line.startswith("numerics:"))
     assert "results not checked for 1 of 4 (the device runs no kernels (" in numerics, numerics
     assert numerics.endswith("numpy reference for transfer.slice.f32.64x64, "
