@@ -25,10 +25,14 @@ class NoCompiler(RuntimeError):
     """No C compiler on PATH (the tests skip; dev.py says so)."""
 
 
-def build(folder: Path | None = None) -> Path:
+def build(folder: Path | None = None, fault: str = "", prob: float = 1.0) -> Path:
     """libamdhip64.so built from the C file into `folder` (default: CACHE/<source hash>/);
-    reused when already built from the same source."""
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    reused when already built from the same source. `fault`: one of the stand-in's faults
+    compiled in, on with probability `prob` unless the environment says otherwise (a library
+    that is bad by itself, as a broken nightly is; its bytes differ from a clean build's)."""
+    defines = [f'-DFAKEHIP_DEFAULT_FAULT="{fault}"', f'-DFAKEHIP_DEFAULT_PROB="{prob:g}"'] \
+        if fault else []
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(defines).encode()).hexdigest()[:16]
     out = (folder or CACHE / digest) / LIBRARY
     if out.exists():
         return out
@@ -37,9 +41,25 @@ def build(folder: Path | None = None) -> Path:
         raise NoCompiler("no C compiler (cc or gcc) on PATH to build the stand-in HIP library")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{LIBRARY}.{os.getpid()}")
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-g", "-fvisibility=hidden", "-o", str(tmp),
-                    str(SOURCE), "-lpthread"], check=True, capture_output=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-g", "-fvisibility=hidden", *defines, "-o",
+                    str(tmp), str(SOURCE), "-lpthread"], check=True, capture_output=True)
     tmp.rename(out)  # atomic: a concurrent build of the same source finds a whole file
+    return out
+
+
+def rocm_tarball(library: Path, out: Path) -> Path:
+    """A TheRock-like tarball holding `library` as lib/libamdhip64.so.7 with the usual
+    unversioned link beside it (what a stack's `rocm = "...tar.gz"` unpacks)."""
+    import tarfile
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = Path(tmp) / "lib"
+        lib.mkdir()
+        shutil.copy(library, lib / f"{LIBRARY}.7")
+        (lib / LIBRARY).symlink_to(f"{LIBRARY}.7")
+        with tarfile.open(out, "w:gz") as tf:
+            tf.add(lib, arcname="lib")
     return out
 
 

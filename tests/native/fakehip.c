@@ -37,7 +37,9 @@
  *   FAKEHIP_LAUNCH_FILE=PATH      one line appended at cleanup: "launches N PID" (kernels
  *                                 counted by the stream threads) when N > 0
  *
- * A process fires at most one fault.
+ * A process fires at most one fault. A build may compile a fault in (-DFAKEHIP_DEFAULT_FAULT=
+ * "\"NAME\"", -DFAKEHIP_DEFAULT_PROB="\"P\""): a library that is bad by itself, as a broken
+ * nightly is; the environment still overrides it.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -358,6 +360,10 @@ __attribute__((destructor)) static void fakehip_cleanup(void) {
 
 __attribute__((constructor)) static void fakehip_load(void) {
   const char *f = getenv("FAKEHIP_FAULT");
+#ifdef FAKEHIP_DEFAULT_FAULT
+  /* a build with its fault compiled in (a "bad nightly": tests/helpers/fakehip.build) */
+  if (!f) f = FAKEHIP_DEFAULT_FAULT;
+#endif
   for (int i = 1; f && i < (int)(sizeof FAULT_NAMES / sizeof *FAULT_NAMES); i++)
     if (!strcmp(f, FAULT_NAMES[i])) fault = (enum fault)i;
   if (f && *f && fault == F_NONE) {
@@ -365,6 +371,9 @@ __attribute__((constructor)) static void fakehip_load(void) {
     abort();
   }
   const char *p = getenv("FAKEHIP_FAULT_PROB");
+#ifdef FAKEHIP_DEFAULT_PROB
+  if (!p) p = FAKEHIP_DEFAULT_PROB;
+#endif
   if (p) fault_prob = atof(p);
   const char *d = getenv("FAKEHIP_DEVICES");
   if (d) device_count = atoi(d);
