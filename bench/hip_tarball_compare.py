@@ -41,8 +41,9 @@ def trials(results: Path) -> list[str]:
     lines = []
     for p in sorted(results.glob("**/stack.json")):
         d = json.loads(p.read_text())
-        lines.append(f"  {p.parent.name} {d.get('name') or p.parent.parent.name}: "
-                     f"{d.get('hip_library')} sha256 {(d.get('hip_library_sha256') or '?')[:12]}"
+        lines.append(f"  {p.parent.name} {d.get('stack')}: binds {d.get('hip_library')}, "
+                     f"loaded {d.get('hip_library_loaded')} sha256 "
+                     f"{(d.get('hip_library_sha256') or '?')[:12]}"
                      f" mapped {', '.join(d.get('hip_library_mapped') or []) or 'none'}")
     return lines
 

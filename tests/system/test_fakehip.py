@@ -134,3 +134,61 @@ def test_rocm_soak_on_the_stand_in_runs_every_pattern_and_exit_path(
     assert m["hip_library"] == str(stand_in)
     assert m["hip_library_sha256"] == hashlib.sha256(stand_in.read_bytes()).hexdigest()
     assert str(stand_in) in m["hip_library_mapped"]
+
+
+def _stacks(tmp_path: Path) -> tuple[Path, Path]:
+    """A stacks file: `rocm-clean` (a tarball holding a clean stand-in), `rocm-teardown-fault`
+    (one with cleanup-segv compiled in, p = 0.3 per process), `rocm-clean-other-loaded` (the
+    clean tarball, with another copy of the library preloaded). Returns (file, clean lib)."""
+    try:
+        clean = fakehip.build(tmp_path / "clean")
+        bad = fakehip.build(tmp_path / "bad", fault="cleanup-segv", prob=0.3)
+        other = fakehip.build(tmp_path / "other")
+    except fakehip.NoCompiler:
+        pytest.skip("no C compiler to build the stand-in HIP library")
+    f = tmp_path / "stacks.toml"
+    f.write_text(
+        f'[stacks.rocm-clean]\nrocm = "{fakehip.rocm_tarball(clean, tmp_path / "c.tar.gz")}"\n'
+        f'[stacks.rocm-teardown-fault]\n'
+        f'rocm = "{fakehip.rocm_tarball(bad, tmp_path / "b.tar.gz")}"\n'
+        f'[stacks.rocm-clean-other-loaded]\nrocm = "{tmp_path / "c.tar.gz"}"\n'
+        f'env = {{ LD_PRELOAD = "{other}" }}\n')
+    return f, clean
+
+
+_COMPARE: tuple[str, ...] = ("--target", "rocm", "--programs", "transfer.slice.*",
+                             "--patterns", "per-call,process-per-job", "--workers", "2",
+                             "--duration", "5s")
+
+
+@pytest.mark.slow
+def test_compare_of_two_tarball_stacks_finds_the_one_whose_library_crashes_in_cleanup(
+        tmp_path: Path) -> None:
+    stacks, clean = _stacks(tmp_path)
+    res = run_cli("compare", "rocm-clean", "rocm-teardown-fault", "--stacks", str(stacks),
+                  *_COMPARE, "--results", str(tmp_path / "cmp"), timeout=1800)
+    assert res.rc == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "VERDICT  B worse" in res.stdout
+    assert "fakehip_wake_events_thread" in res.stdout  # the signature new in B, its frame
+    # every trial's stack.json proves which library IREE's driver loaded: path and hash
+    digests = {}
+    for p in (tmp_path / "cmp").glob("**/stack.json"):
+        d = json.loads(p.read_text())
+        assert d["hip_library_loaded"] == d["hip_library"], d  # reported by the driver
+        assert d["hip_library"].endswith("/lib/libamdhip64.so"), d  # what the stack binds
+        assert [os.path.realpath(x) for x in d["hip_library_mapped"]] == \
+            [os.path.realpath(d["hip_library"])], d
+        digests.setdefault(d["stack"], set()).add(d["hip_library_sha256"])
+    assert digests["rocm-clean"] == {hashlib.sha256(clean.read_bytes()).hexdigest()}
+    assert len(digests["rocm-teardown-fault"]) == 1
+    assert digests["rocm-teardown-fault"] != digests["rocm-clean"]
+
+
+@pytest.mark.slow
+def test_a_stack_that_binds_one_hip_library_while_another_is_loaded_is_refused(
+        tmp_path: Path) -> None:
+    stacks, _ = _stacks(tmp_path)
+    res = run_cli("compare", "rocm-clean", "rocm-clean-other-loaded", "--stacks", str(stacks),
+                  *_COMPARE, "--results", str(tmp_path / "cmp"), timeout=1800)
+    assert res.rc == 3, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "the stack binds" in res.stdout + res.stderr
