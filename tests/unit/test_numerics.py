@@ -98,3 +98,13 @@ def test_workers_get_each_programs_numerics(tmp_path: Path) -> None:
     got = json.loads(files.config_for(0).read_text())["programs"]
     assert {n: p["numerics"] for n, p in got.items()} == \
         {ABS.name: "off", SLICE.name: "reference", PAD.name: "reference"}
+
+
+def test_the_native_engine_checks_nothing_for_an_unchecked_program(tmp_path: Path) -> None:
+    from stress.engine import native
+
+    data = native.prepare(ABS, tmp_path / "off", numerics=Numerics.OFF)
+    wrong = np.full((64, 64), 123.0, dtype=np.float32)
+    assert native.check(data, wrong) is None
+    checked = native.prepare(ABS, tmp_path / "ref")
+    assert "differs from the numpy reference" in (native.check(checked, wrong) or "")
