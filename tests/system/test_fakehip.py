@@ -192,3 +192,28 @@ def test_a_stack_that_binds_one_hip_library_while_another_is_loaded_is_refused(
                   *_COMPARE, "--results", str(tmp_path / "cmp"), timeout=1800)
     assert res.rc == 3, res.stdout[-3000:] + res.stderr[-3000:]
     assert "the stack binds" in res.stdout + res.stderr
+
+
+def test_a_host_to_device_copy_reads_its_source_at_the_call_as_hip_does(
+        stand_in: Path) -> None:
+    """IREE's command buffers free their host copy of an update once it is enqueued: HIP reads
+    pageable host memory before hipMemcpyHtoDAsync returns. The stand-in read it when the
+    stream got there: 88 wrong results in 6,200 shared-pattern transfer invocations."""
+    import threading
+
+    lib = ctypes.CDLL(str(stand_in))
+    stream, dst = ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.hipStreamCreateWithFlags(ctypes.byref(stream), 1) == 0
+    assert lib.hipMalloc(ctypes.byref(dst), ctypes.c_size_t(4)) == 0
+    gate = threading.Event()
+    hold = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: gate.wait(30))
+    assert lib.hipLaunchHostFunc(stream, hold, None) == 0  # the stream waits behind it
+    src = ctypes.c_uint32(111)
+    assert lib.hipMemcpyHtoDAsync(dst, ctypes.byref(src), ctypes.c_size_t(4), stream) == 0
+    src.value = 222  # the caller reuses its memory at once
+    gate.set()
+    assert lib.hipStreamSynchronize(stream) == 0
+    got = ctypes.c_uint32()
+    assert lib.hipMemcpy(ctypes.byref(got), dst, ctypes.c_size_t(4), 2) == 0
+    assert got.value == 111
+    assert lib.hipFree(dst) == 0 and lib.hipStreamDestroy(stream) == 0
