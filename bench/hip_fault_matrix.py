@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -36,8 +34,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import ROOT, header  # noqa: E402
-from gpu_fault_matrix import _DEBUGGERS, judge, keep_odd, path_without_debuggers  # noqa: E402
+from _common import header  # noqa: E402
+from gpu_fault_matrix import (  # noqa: E402
+    _DEBUGGERS,
+    add_matrix_args,
+    finish,
+    judge,
+    keep_odd,
+    run_cell,
+)
 
 from tests.helpers import fakehip  # noqa: E402
 
@@ -81,31 +86,13 @@ FAULTS: tuple[HipFault, ...] = (
 
 def cell(fault: HipFault, pattern: str, args: argparse.Namespace, lib: Path,
          folder: Path) -> dict[str, Any]:
-    run = folder / f"{fault.name}-{pattern}"
     count = folder / f"{fault.name}-{pattern}.fired"
-    env = dict(os.environ)
-    if args.debuggers == "off":
-        env["PATH"] = path_without_debuggers()
-    argv = [sys.executable, "-m", "stress", "soak", "--target", "rocm", "--patterns", pattern,
-            "--programs", PROGRAMS, "--duration", f"{args.duration:g}s", "--workers",
-            str(args.workers), "--timeout", "5s", "--teardown-timeout",
-            f"{args.teardown_timeout:g}s", "--max-worker-restarts", "100000", "--json", "-q",
-            "--results", str(run), "--env", f"{fakehip.ENV_DYLIB}={fakehip.dylib_env(lib)}",
-            "--env", f"FAKEHIP_COUNT_FILE={count}",
-            *[x for k, v in fault.env for x in ("--env", f"{k}={v}")]]
-    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env,
-                         timeout=args.duration * 6 + 600)
-    if out.returncode not in (0, 1):
-        return {"error": f"soak exit {out.returncode}: {out.stderr.strip()[-300:]}"}
-    s = json.loads(out.stdout)
-    rep = subprocess.run([sys.executable, "-m", "stress", "report", str(run), "--format",
-                          "json"], capture_output=True, text=True, cwd=ROOT, env=env,
-                         timeout=600)
-    sigs = json.loads(rep.stdout)["signatures"] if rep.returncode in (0, 1) else []
-    fired = count.read_text().split("\n") if count.exists() else []
-    want = fault.name.replace("-", " ")
-    return {"summary": s, "signatures": sigs,
-            "fired": sum(1 for line in fired if line.startswith(want))}
+    return run_cell(folder / f"{fault.name}-{pattern}", args,
+                    ["--target", "rocm", "--patterns", pattern, "--programs", PROGRAMS,
+                     "--env", f"{fakehip.ENV_DYLIB}={fakehip.dylib_env(lib)}",
+                     "--env", f"FAKEHIP_COUNT_FILE={count}",
+                     *[x for k, v in fault.env for x in ("--env", f"{k}={v}")]],
+                    count, fault.name.replace("-", " "))
 
 
 def process_activity(fault: HipFault, got: dict[str, Any]) -> str:
@@ -127,14 +114,7 @@ def process_activity(fault: HipFault, got: dict[str, Any]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--duration", type=float, default=20.0)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--teardown-timeout", type=float, default=2.0)
-    ap.add_argument("--debuggers", choices=("on", "off"), default="on")
-    ap.add_argument("--faults", default=",".join(f.name for f in FAULTS))
-    ap.add_argument("--out", help="also write the table here")
-    ap.add_argument("--keep-odd", metavar="DIR",
-                    help="copy the evidence of failures of an unexpected class here")
+    add_matrix_args(ap, [f.name for f in FAULTS])
     args = ap.parse_args()
     head = header()
     lib = fakehip.build()
@@ -159,20 +139,10 @@ def main() -> int:
                              f"{fault.name}-{pattern}")
                 rows.append(row)
                 print("  ".join(row), flush=True)
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-    table = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
-    table += ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)) for r in rows]
-    bad = sum(r[-1] not in ("OK", "NOT FIRED") for r in rows)
-    unfired = sum(r[-1] == "NOT FIRED" for r in rows)
-    table.append(f"# {len(rows)} cells, {len(rows) - bad - unfired} OK, {bad} not, {unfired} "
-                 f"where the fault never fired; target rocm on the stand-in HIP library "
-                 f"(IREE's hip driver, kernels not run), programs {PROGRAMS}, "
-                 f"{args.duration:g} s soaks, {args.workers} workers, teardown deadline "
-                 f"{args.teardown_timeout:g} s")
-    print("\n" + "\n".join(table))
-    if args.out:
-        Path(args.out).write_text("\n".join([head, *table]) + "\n")
-    return 0 if not bad else 1
+    return finish(cols, rows, f"target rocm on the stand-in HIP library (IREE's hip driver, "
+                  f"kernels not run), programs {PROGRAMS}, {args.duration:g} s soaks, "
+                  f"{args.workers} workers, teardown deadline {args.teardown_timeout:g} s",
+                  head, args.out)
 
 
 if __name__ == "__main__":

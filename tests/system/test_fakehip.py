@@ -156,17 +156,20 @@ def _stacks(tmp_path: Path) -> tuple[Path, Path]:
     return f, clean
 
 
-_COMPARE: tuple[str, ...] = ("--target", "rocm", "--programs", "transfer.slice.*",
-                             "--patterns", "per-call,process-per-job", "--workers", "2",
-                             "--duration", "5s")
+def _compare(tmp_path: Path, b: str) -> tuple[Any, Path]:
+    """compare rocm-clean B, short trials of one transfer program; (result, clean library)."""
+    stacks, clean = _stacks(tmp_path)
+    res = run_cli("compare", "rocm-clean", b, "--stacks", str(stacks), "--target", "rocm",
+                  "--programs", "transfer.slice.*", "--patterns", "per-call,process-per-job",
+                  "--workers", "2", "--duration", "5s", "--results", str(tmp_path / "cmp"),
+                  timeout=1800)
+    return res, clean
 
 
 @pytest.mark.slow
 def test_compare_of_two_tarball_stacks_finds_the_one_whose_library_crashes_in_cleanup(
         tmp_path: Path) -> None:
-    stacks, clean = _stacks(tmp_path)
-    res = run_cli("compare", "rocm-clean", "rocm-teardown-fault", "--stacks", str(stacks),
-                  *_COMPARE, "--results", str(tmp_path / "cmp"), timeout=1800)
+    res, clean = _compare(tmp_path, "rocm-teardown-fault")
     assert res.rc == 1, res.stdout[-3000:] + res.stderr[-3000:]
     assert "VERDICT  B worse" in res.stdout
     assert "fakehip_wake_events_thread" in res.stdout  # the signature new in B, its frame
@@ -187,9 +190,7 @@ def test_compare_of_two_tarball_stacks_finds_the_one_whose_library_crashes_in_cl
 @pytest.mark.slow
 def test_a_stack_that_binds_one_hip_library_while_another_is_loaded_is_refused(
         tmp_path: Path) -> None:
-    stacks, _ = _stacks(tmp_path)
-    res = run_cli("compare", "rocm-clean", "rocm-clean-other-loaded", "--stacks", str(stacks),
-                  *_COMPARE, "--results", str(tmp_path / "cmp"), timeout=1800)
+    res, _ = _compare(tmp_path, "rocm-clean-other-loaded")
     assert res.rc == 3, res.stdout[-3000:] + res.stderr[-3000:]
     assert "the stack binds" in res.stdout + res.stderr
 
