@@ -308,6 +308,7 @@ static wake_t events_wake_storage = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INI
 static wake_t *events_wake;  /* set once the thread's signal is ready */
 static pthread_t events_thread;
 static int events_started;
+static pid_t events_pid;  /* a forked child has no events thread to wake or join */
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 __attribute__((noinline)) static void fakehip_events_thread_spin(void) { SPIN_FOREVER(); }
@@ -334,8 +335,10 @@ __attribute__((noinline)) static void fakehip_wake_events_thread(wake_t *w) {
 static void fakehip_exit_handler(void *arg) { (void)arg; }
 
 static void start_runtime(void) {
-  if (pthread_create(&events_thread, NULL, fakehip_events_thread, NULL) == 0)
+  if (pthread_create(&events_thread, NULL, fakehip_events_thread, NULL) == 0) {
     events_started = 1;
+    events_pid = getpid();
+  }
   events_wake = &events_wake_storage;
   if (fires(F_DLCLOSE_SEGV)) {
     /* No DSO handle: glibc keeps the handler past dlclose and calls it at exit, when this
@@ -346,7 +349,7 @@ static void start_runtime(void) {
 }
 
 __attribute__((destructor)) static void fakehip_cleanup(void) {
-  if (!events_started) return;
+  if (!events_started || events_pid != getpid()) return;
   if (fires(F_CLEANUP_SEGV)) events_wake = NULL;
   fakehip_wake_events_thread(events_wake);
   pthread_join(events_thread, NULL);
