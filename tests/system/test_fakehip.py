@@ -177,6 +177,9 @@ def test_compare_of_two_tarball_stacks_finds_the_one_whose_library_crashes_in_cl
     digests = {}
     for p in (tmp_path / "cmp").glob("**/stack.json"):
         d = json.loads(p.read_text())
+        if d["hip_library_loaded"] is None:  # every worker crashed before it said hello
+            assert d["stack"] == "rocm-teardown-fault", d
+            continue
         assert d["hip_library_loaded"] == d["hip_library"], d  # reported by the driver
         assert d["hip_library"].endswith("/lib/libamdhip64.so"), d  # what the stack binds
         assert [os.path.realpath(x) for x in d["hip_library_mapped"]] == \
