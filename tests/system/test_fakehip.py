@@ -221,3 +221,15 @@ def test_a_host_to_device_copy_reads_its_source_at_the_call_as_hip_does(
     assert lib.hipMemcpy(ctypes.byref(got), dst, ctypes.c_size_t(4), 2) == 0
     assert got.value == 111
     assert lib.hipFree(dst) == 0 and lib.hipStreamDestroy(stream) == 0
+
+
+def test_dev_py_fakehip_builds_the_stand_in_and_prints_its_path(tmp_path: Path) -> None:
+    env = {**os.environ, "IREE_STRESS_FAKEHIP_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(fakehip.REPO / "dev.py"), "fakehip"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    if out.returncode != 0 and "no C compiler" in out.stderr:
+        pytest.skip("no C compiler to build the stand-in HIP library")
+    assert out.returncode == 0, out.stderr
+    lib = Path(out.stdout.strip())
+    assert lib.parent.parent == tmp_path and lib.name == "libamdhip64.so" and lib.is_file()
+    assert f"--env IREE_HIP_DYLIB_PATH=file:{lib}" in out.stderr
