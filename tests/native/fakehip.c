@@ -25,9 +25,9 @@
  *      events-block   the same thread blocks forever instead (blocked)
  *      cleanup-segv   cleanup wakes the events thread through a wake signal that was never
  *                     initialized (the polling thread started before it): SIGSEGV
- *      dlclose-segv   hipInit registers an exit handler that outlives the library: after
- *                     dlclose, process exit calls into unmapped code (the dlopen + hipInit +
- *                     dlclose canary): SIGSEGV with no frame of ours
+ *      dlclose-segv   the cleanup of a library that ran hipInit leaves an exit handler
+ *                     behind: process exit calls it after dlclose, into unmapped code (the
+ *                     dlopen + hipInit + dlclose canary): SIGSEGV (once per process)
  *      release-spin   hipStreamSynchronize spins when a device releases its streams
  *      release-block  ... blocks there instead
  *   FAKEHIP_FAULT_PROB=P          probability per process (cleanup faults) or per stream
@@ -332,7 +332,28 @@ __attribute__((noinline)) static void fakehip_wake_events_thread(wake_t *w) {
   pthread_mutex_unlock(&w->lock);
 }
 
-static void fakehip_exit_handler(void *arg) { (void)arg; }
+/* Left behind by a finished cleanup. Called at exit: through unmapped code when the library
+ * was dlclosed (SIGSEGV with no frame of ours); if the same library was loaded again at the same
+ * address, its code runs, and the handler of a finished library crashes all the same. */
+__attribute__((noinline)) static void fakehip_exit_handler(void *arg) {
+  (void)arg;
+  *(volatile int *)0 = 1;
+}
+
+static const char DANGLING_ENV[] = "FAKEHIP_DANGLING_PID";  /* survives a reload */
+
+/* At most one dangling handler per process: the library may be loaded and unloaded again
+ * (IREE's driver is created and destroyed more than once), its statics reset each time. */
+static void leave_exit_handler(void) {
+  char me[16];
+  snprintf(me, sizeof me, "%d", (int)getpid());
+  const char *was = getenv(DANGLING_ENV);
+  if ((was && !strcmp(was, me)) || !fires(F_DLCLOSE_SEGV)) return;
+  setenv(DANGLING_ENV, me, 1);
+  /* No DSO handle: glibc keeps the handler past dlclose and calls it at exit. */
+  extern int __cxa_atexit(void (*)(void *), void *, void *);
+  __cxa_atexit(fakehip_exit_handler, NULL, NULL);
+}
 
 static void start_runtime(void) {
   if (pthread_create(&events_thread, NULL, fakehip_events_thread, NULL) == 0) {
@@ -340,12 +361,6 @@ static void start_runtime(void) {
     events_pid = getpid();
   }
   events_wake = &events_wake_storage;
-  if (fires(F_DLCLOSE_SEGV)) {
-    /* No DSO handle: glibc keeps the handler past dlclose and calls it at exit, when this
-     * library's code is no longer mapped. */
-    extern int __cxa_atexit(void (*)(void *), void *, void *);
-    __cxa_atexit(fakehip_exit_handler, NULL, NULL);
-  }
 }
 
 __attribute__((destructor)) static void fakehip_cleanup(void) {
@@ -353,6 +368,7 @@ __attribute__((destructor)) static void fakehip_cleanup(void) {
   if (fires(F_CLEANUP_SEGV)) events_wake = NULL;
   fakehip_wake_events_thread(events_wake);
   pthread_join(events_thread, NULL);
+  leave_exit_handler();  /* after hipInit, at dlclose (or exit): the canary's crash */
   long n = __atomic_load_n(&launches, __ATOMIC_RELAXED);
   if (n > 0) {
     char line[64];
