@@ -5,6 +5,9 @@
     python3 dev.py test [ARGS...]   the test suite (fast + system tests; not the slow ones)
     python3 dev.py lint             ruff + mypy
     python3 dev.py bench NAME       a benchmark script under bench/
+    python3 dev.py fakehip          build the stand-in libamdhip64.so for tests and print its
+                                    path (tests/native/fakehip.c: IREE's real hip driver runs
+                                    on it; kernels are counted, never run)
 
 On first use it creates .venv and installs the package with its dev extras; later runs reuse
 it (re-installing when pyproject.toml changes).
@@ -109,11 +112,34 @@ def run(argv: list[str]) -> int:
             continue
 
 
+def fakehip() -> int:
+    """Builds the stand-in HIP library (reused when its source did not change) and prints its
+    path, with the variable that makes IREE's hip driver load it."""
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers.fakehip import ENV_DYLIB, NoCompiler, build, dylib_env
+
+    try:
+        lib = build()
+    except NoCompiler as exc:
+        print(f"dev.py: {exc}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as exc:
+        print(f"dev.py: building the stand-in failed:\n{exc.stderr.decode(errors='replace')}",
+              file=sys.stderr)
+        return 1
+    print(f"dev.py: stand-in HIP library (kernels not run); use it with "
+          f"--env {ENV_DYLIB}={dylib_env(lib)}", file=sys.stderr)
+    print(lib)
+    return 0
+
+
 def main() -> int:
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
         return 0 if len(sys.argv) >= 2 else 2
     cmd, rest = sys.argv[1], sys.argv[2:]
+    if cmd == "fakehip":  # (a C compiler only: no .venv needed)
+        return fakehip()
     ensure_env()
     py = str(BIN / "python")
     if cmd == "soak":

@@ -83,18 +83,25 @@ def path_without_debuggers() -> str:
 
 def cell(fault: Fault, pattern: str, args: argparse.Namespace, lib: Path,
          folder: Path) -> dict[str, Any]:
-    run = folder / f"{fault.name}-{pattern}"
     count = folder / f"{fault.name}-{pattern}.fired"
+    return run_cell(folder / f"{fault.name}-{pattern}", args,
+                    [*soak_target(args), "--patterns", pattern, "--programs", PROGRAMS,
+                     "--env", f"LD_PRELOAD={lib}", "--env", f"IREE_FAULT_COUNT_FILE={count}",
+                     *[x for k, v in fault.env for x in ("--env", f"{k}={v}")]],
+                    count, f"{fault.name.split('-')[0]} {fault.mode}")
+
+
+def run_cell(run: Path, args: argparse.Namespace, options: list[str], count: Path,
+             want: str) -> dict[str, Any]:
+    """One cell's soak (`options`: target, pattern, programs, the fault's environment) and
+    its report; `fired`: the lines of the fault library's count file that begin with `want`."""
     env = dict(os.environ)
     if args.debuggers == "off":
         env["PATH"] = path_without_debuggers()
-    argv = [sys.executable, "-m", "stress", "soak", *soak_target(args), "--patterns", pattern,
-            "--programs", PROGRAMS, "--duration", f"{args.duration:g}s", "--workers",
-            str(args.workers), "--timeout", "5s", "--teardown-timeout",
-            f"{args.teardown_timeout:g}s", "--max-worker-restarts", "100000", "--json", "-q",
-            "--results", str(run), "--env", f"LD_PRELOAD={lib}",
-            "--env", f"IREE_FAULT_COUNT_FILE={count}",
-            *[x for k, v in fault.env for x in ("--env", f"{k}={v}")]]
+    argv = [sys.executable, "-m", "stress", "soak", *options, "--duration",
+            f"{args.duration:g}s", "--workers", str(args.workers), "--timeout", "5s",
+            "--teardown-timeout", f"{args.teardown_timeout:g}s", "--max-worker-restarts",
+            "100000", "--json", "-q", "--results", str(run)]
     out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env,
                          timeout=args.duration * 6 + 600)
     if out.returncode not in (0, 1):
@@ -105,7 +112,6 @@ def cell(fault: Fault, pattern: str, args: argparse.Namespace, lib: Path,
                          timeout=600)
     sigs = json.loads(rep.stdout)["signatures"] if rep.returncode in (0, 1) else []
     fired = count.read_text().split("\n") if count.exists() else []
-    want = f"{fault.name.split('-')[0]} {fault.mode}"
     return {"summary": s, "signatures": sigs,
             "fired": sum(1 for line in fired if line.startswith(want))}
 
@@ -153,7 +159,7 @@ def judge(fault: Fault, pattern: str, got: dict[str, Any], debuggers: str = "on"
         for k, v in sorted(counts.items())) or "none"
     if probe:
         recorded += f" (+ probe {', '.join(f['class'] for f in probe)})"
-    frame_fn = f"iree_fault_{fault.mode}"
+    frame_fn = getattr(fault, "frame", "") or f"iree_fault_{fault.mode}"  # (a stand-in: its own)
     main = [g for g in got["signatures"] if g["class"] == expected]
     main.sort(key=lambda g: -g["count"])
     state = frame = rate = "-"
@@ -185,6 +191,23 @@ def judge(fault: Fault, pattern: str, got: dict[str, Any], debuggers: str = "on"
             "OK" if ok and not unfired else "MISMATCH"]
 
 
+def finish(cols: tuple[str, ...], rows: list[list[str]], what: str, head: str,
+           out: str | None) -> int:
+    """The aligned table with its count line (`what`: the run's settings), printed and
+    written to `out`; 0 when every cell is OK or its fault never fired, else 1."""
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    table = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
+    table += ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)) for r in rows]
+    bad = sum(r[-1] not in ("OK", "NOT FIRED") for r in rows)
+    unfired = sum(r[-1] == "NOT FIRED" for r in rows)
+    table.append(f"# {len(rows)} cells, {len(rows) - bad - unfired} OK, {bad} not, {unfired} "
+                 f"where the fault never fired (nothing to judge); {what}")
+    print("\n" + "\n".join(table))
+    if out:
+        Path(out).write_text("\n".join([head, *table]) + "\n")
+    return 0 if not bad else 1
+
+
 def keep_odd(got: dict[str, Any], expected: str, into: Path, name: str) -> None:
     """failure.json and stacks.txt of each failure of another class than expected, so that a
     mismatching cell on a machine given back afterwards can still be read."""
@@ -199,17 +222,23 @@ def keep_odd(got: dict[str, Any], expected: str, into: Path, name: str) -> None:
                 shutil.copy(src / part, dst / part)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_target_args(ap)
+def add_matrix_args(ap: argparse.ArgumentParser, faults: list[str]) -> None:
+    """The options every fault matrix takes (soak length, workers, deadline, debuggers, the
+    faults run, where the table and odd evidence go)."""
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--teardown-timeout", type=float, default=2.0)
     ap.add_argument("--debuggers", choices=("on", "off"), default="on")
-    ap.add_argument("--faults", default=",".join(f.name for f in FAULTS))
+    ap.add_argument("--faults", default=",".join(faults))
     ap.add_argument("--out", help="also write the table here")
     ap.add_argument("--keep-odd", metavar="DIR",
                     help="copy the evidence of failures of an unexpected class here")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_target_args(ap)
+    add_matrix_args(ap, [f.name for f in FAULTS])
     args = ap.parse_args()
     head = header()
     chosen = [f for f in FAULTS if f.name in args.faults.split(",")]
@@ -231,19 +260,9 @@ def main() -> int:
                              f"{fault.name}-{pattern}")
                 rows.append(row)
                 print("  ".join(row), flush=True)
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-    table = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
-    table += ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)) for r in rows]
-    bad = sum(r[-1] not in ("OK", "NOT FIRED") for r in rows)
-    unfired = sum(r[-1] == "NOT FIRED" for r in rows)
-    table.append(f"# {len(rows)} cells, {len(rows) - bad - unfired} OK, {bad} not, {unfired} "
-                 f"where the fault never fired (nothing to judge); target "
-                 f"{args.target}, {args.duration:g} s soaks, {args.workers} workers, "
-                 f"teardown deadline {args.teardown_timeout:g} s")
-    print("\n" + "\n".join(table))
-    if args.out:
-        Path(args.out).write_text("\n".join([head, *table]) + "\n")
-    return 0 if not bad else 1
+    return finish(cols, rows, f"target {args.target}, {args.duration:g} s soaks, "
+                  f"{args.workers} workers, teardown deadline {args.teardown_timeout:g} s",
+                  head, args.out)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from click.core import ParameterSource
 
 from stress.errors import UsageError
 from stress.fs import ENV_CACHE_DIR, default_cache_dir
-from stress.vocab import Engine, Family, family
+from stress.vocab import Engine, Family, Numerics, family
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -177,6 +177,14 @@ def run_options(f: F) -> F:
                           "core read and full stacks; later ones are counted with a cheap "
                           "record, and every 2^k-th after that is sampled in full again. "
                           "0: every crash."),
+        click.option("--numerics", type=click.Choice([n.value for n in Numerics]),
+                     default=Numerics.REFERENCE.value, show_default=True,
+                     envvar="IREE_STRESS_NUMERICS", show_envvar=True,
+                     help="How results are checked: reference (numpy, where the program has "
+                          "one; else repeat), repeat (each result against the job's first: a "
+                          "program with no reference, a nondeterministic kernel), off. On a "
+                          "device that runs no kernels (the stand-in HIP library) programs "
+                          "with dispatches are never checked; transfer-only ones are."),
         click.option("--inject", multiple=True, metavar="KIND@STEP[:PROB]",
                      help="Inject a real fault: segv|abort|kill|hang|exit|raise|corrupt at a "
                           "journal step (invoke, device-release, ...)."),
@@ -246,6 +254,7 @@ def soak_options_from(kw: dict[str, Any], duration_s: float | None, progress: bo
         compile_jobs=kw["compile_jobs"], progress=progress, argv=argv,
         max_jobs_per_worker=kw.get("max_jobs_per_worker"), resume=bool(kw.get("resume")),
         given=given, evidence_budget=kw.get("evidence_budget", 5),
+        numerics=kw.get("numerics") or Numerics.REFERENCE.value,
         from_env=env_given_argv(ctx, shard))
 
 

@@ -85,6 +85,25 @@ class Engine(str, enum.Enum):
                 Engine.EXEC: "the command after `--`"}[self]
 
 
+class Numerics(str, enum.Enum):
+    """How a soak checks each invocation's results (`--numerics`)."""
+
+    REFERENCE = "reference"  # the numpy reference where the program has one, else REPEAT
+    REPEAT = "repeat"  # each result against the job's first (nondeterminism shows)
+    OFF = "off"  # not checked: a program with no trustworthy answer, a device that runs no
+    #   kernels
+
+    def describe(self) -> str:
+        return {Numerics.REFERENCE: "numpy reference",
+                Numerics.REPEAT: "each result against the first",
+                Numerics.OFF: "results not checked"}[self]
+
+
+# What a HAL device's name says when it runs no kernels (tests/native/fakehip.c, the stand-in
+#   libamdhip64): its dispatches' results are garbage, only its transfers are real
+NO_KERNELS_MARK: str = "kernels not run"
+
+
 class RunStatus(str, enum.Enum):
     """A run's status as the store keeps it (runs.status, summary.json `status`)."""
 

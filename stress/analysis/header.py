@@ -10,7 +10,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from stress.vocab import Engine
+from stress.vocab import Engine, Numerics
 
 REPEATABILITY_ONLY: str = "repeatability only (no reference)"
 REVISION_CHARS: int = 12  # of a commit hash: unique in IREE's history, short enough to read
@@ -109,21 +109,37 @@ def _host(m: dict[str, Any]) -> str:
     return ", ".join(parts) or "unknown"
 
 
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
 def numerics(m: dict[str, Any]) -> str:
-    """How results were checked: against numpy, or only against the program's own first
-    result (a user program has no reference: a wrong answer given every time passes)."""
+    """How results were checked: against numpy, only against the program's own first result
+    (a user program has no reference: a wrong answer given every time passes), or not at all
+    (`--numerics off`, or a device that runs no kernels: then which programs still were)."""
     cfg = m.get("config") or {}
     if Engine.of(cfg.get("engine")) is Engine.EXEC:
         return "not checked by iree-stress (the command's own exit status)"
     programs = list(cfg.get("programs") or [])
+    off = list(cfg.get("unchecked") or [])
     only = cfg.get("repeatability_only")
     if only is None:  # a store from before the key: user programs have no reference
         only = [p for p in programs if p.startswith("user.")]
+    unchecked = ""
+    if off:
+        why = cfg.get("unchecked_why") or f"--numerics {Numerics.OFF.value}"
+        checked = [p for p in programs if p not in off]
+        if not checked:
+            return f"{Numerics.OFF.describe()} ({why})"
+        unchecked = f"{Numerics.OFF.describe()} for {len(off)} of {len(programs)} ({why}); "
+        programs = checked
+    named = f" for {_names(programs)}" if off else ""
+    if cfg.get("numerics") == Numerics.REPEAT.value:
+        return f"{unchecked}{Numerics.REPEAT.describe()} (--numerics repeat){named}"
     if not only:
-        return "numpy reference"
-    names = ", ".join(only[:3]) + (f" and {len(only) - 3} more" if len(only) > 3 else "")
+        return f"{unchecked}numpy reference{named}"
     rest = len(programs) - len(only)
-    return (f"{REPEATABILITY_ONLY}: {names} (each result against the first)"
+    return (f"{unchecked}{REPEATABILITY_ONLY}: {_names(only)} (each result against the first)"
             + (f"; numpy reference for the other {rest}" if rest > 0 else ""))
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from stress.programs.program import Program
 from stress.programs.targets import Target
+from stress.vocab import Numerics
 
 # Defaults (seconds). An invocation of a corpus program takes micro- to milliseconds on cpu and
 # ~0.5 ms on a GPU; 30 s of silence inside one step is a hang, not a slow kernel.
@@ -58,6 +59,18 @@ class SoakConfig:
     planned_before: int = 0  # --resume: invocations of the plan's jobs before first_job
     repro_class: str = ""  # `iree-stress repro`: the failure class rerun (progress says runs)
     repro_runs: int = 0  # `iree-stress repro`: the runs asked for
+    numerics: str = Numerics.REFERENCE.value  # --numerics as asked
+    unchecked: list[str] = field(default_factory=list)  # programs whose results go unchecked
+    unchecked_why: str = ""  # why, when it was not asked (a device that runs no kernels)
+
+    def numerics_of(self, program: Program) -> Numerics:
+        """How `program`'s results are checked in this run."""
+        if program.name in self.unchecked:
+            return Numerics.OFF
+        asked = Numerics(self.numerics)
+        if asked is Numerics.REFERENCE and not program.has_reference:
+            return Numerics.REPEAT
+        return asked
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -75,5 +88,8 @@ class SoakConfig:
             "max_jobs_per_worker": self.max_jobs_per_worker, "first_job": self.first_job,
             "evidence_budget": self.evidence_budget,
             # checked only against their own first result (no numpy reference): reports say so
-            "repeatability_only": [p.name for p in self.programs if not p.has_reference],
+            "repeatability_only": [p.name for p in self.programs
+                                   if self.numerics_of(p) is Numerics.REPEAT],
+            "numerics": self.numerics, "unchecked": self.unchecked,
+            "unchecked_why": self.unchecked_why,
         }

@@ -46,7 +46,7 @@ from stress.engine.watchdog import Stuck
 from stress.engine.workermanage import LaunchSpec, Proc, WorkerHandle
 from stress.programs import dtypes
 from stress.programs.program import Program, Role, make_inputs
-from stress.vocab import Family, family
+from stress.vocab import Family, Numerics, family
 
 NATIVE_PATTERNS: tuple[str, ...] = family(Family.NATIVE)  # (the registry's, stress/vocab.py)
 NATIVE_RUN, NATIVE_BENCH = NATIVE_PATTERNS
@@ -86,9 +86,11 @@ class ProgramData:
     dtype: str
     golden: bytes | None = None  # without a reference: the first output seen
     golden_file: bytes | None = None  # the first output file that passed `check`
+    unchecked: bool = False  # --numerics off, or a device that runs no kernels
 
 
-def prepare(program: Program, folder: Path, seed: int = INPUT_SEED) -> ProgramData:
+def prepare(program: Program, folder: Path, seed: int = INPUT_SEED,
+            numerics: Numerics = Numerics.REFERENCE) -> ProgramData:
     from stress.programs import reference
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -99,14 +101,17 @@ def prepare(program: Program, folder: Path, seed: int = INPUT_SEED) -> ProgramDa
         np.save(p, a)
         paths.append(p)
     expected = reference.evaluate(program.op, program.dtype, arrays) \
-        if program.has_reference else None
-    return ProgramData(paths, expected, program.results[0].dtype)
+        if program.has_reference and numerics is Numerics.REFERENCE else None
+    return ProgramData(paths, expected, program.results[0].dtype,
+                       unchecked=numerics is Numerics.OFF)
 
 
 def check(data: ProgramData, out: np.ndarray[Any, Any]) -> str | None:
     """None when `out` matches the reference (else the first output seen); else why not."""
     from stress.programs import reference
 
+    if data.unchecked:
+        return None
     if data.expected is not None:
         if out.dtype != np.dtype(dtypes.get(data.dtype).storage):
             return f"output dtype {out.dtype}, expected {dtypes.get(data.dtype).storage}"
@@ -270,8 +275,10 @@ class NativeRunner:
 
     def __init__(self, tools: NativeTools, programs: dict[str, Program],
                  artifacts: dict[str, Path], device: str, run_dir: Path, record: bool = False,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None,
+                 numerics: dict[str, Numerics] | None = None):
         self.tools, self.programs, self.artifacts = tools, programs, artifacts
+        self.numerics = numerics or {}  # program -> how its results are checked
         self.device = device
         self.folder = run_dir.resolve() / "native"
         self.data: dict[str, ProgramData] = {}
@@ -288,7 +295,8 @@ class NativeRunner:
 
     def program_data(self, name: str) -> ProgramData:
         if name not in self.data:
-            self.data[name] = prepare(self.programs[name], self.folder / "inputs" / name)
+            self.data[name] = prepare(self.programs[name], self.folder / "inputs" / name,
+                                      numerics=self.numerics.get(name, Numerics.REFERENCE))
         return self.data[name]
 
     def core_pending(self, slot: int) -> bool:

@@ -42,7 +42,8 @@ for name in sys.argv[1:]:
     try:
         d = b.create_hal_driver(name)
         devs = d.query_available_devices()
-        say(stage="verdict", driver=name, ok=bool(devs), error="" if devs else "no devices found")
+        say(stage="verdict", driver=name, ok=bool(devs), error="" if devs else "no devices found",
+            names=[str(x.get("name", "")) for x in devs])
     except Exception as exc:
         d = None
         say(stage="verdict", driver=name, ok=False, error=str(exc))
@@ -185,7 +186,8 @@ def _judge(result: ProbeResult, python: str, driver: str, lines: list[dict[str, 
         if x.get("stage") == "imported":
             result.compiled_in = list(x.get("compiled_in", []))
         if x.get("stage") == "verdict":
-            result.drivers[driver] = {"ok": bool(x["ok"]), "error": str(x.get("error", ""))}
+            result.drivers[driver] = {"ok": bool(x["ok"]), "error": str(x.get("error", "")),
+                                      "names": [str(n) for n in x.get("names") or []]}
     clean = rc == 0 and stages and stages[-1] == "exit"
     if clean:
         _cleanup(cwd)

@@ -3,6 +3,7 @@ of this package, one worker config per device, and the manifest (what was tested
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -14,6 +15,26 @@ from typing import Any
 from stress.engine import telemetry
 from stress.engine.config import SoakConfig
 from stress.fs import atomic_write, sha256_file
+
+
+def hip_library_identity(facts: dict[str, Any]) -> dict[str, Any]:
+    """Which libamdhip64 the workers' hip driver loaded: the path it reports itself
+    (dump_device_info), its sha256, and the HIP libraries the worker had mapped while the
+    driver was alive (its own /proc maps). A trial's proof of the library it ran (compare,
+    bisect); empty values where no hip driver ran."""
+    path = telemetry.hip_library_path(facts.get("device_info"))
+    digest = None
+    if path:
+        try:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            digest = h.hexdigest()
+        except OSError:
+            pass
+    mapped = [p for p in facts.get("driver_libraries") or [] if "amdhip" in p]
+    return {"hip_library": path, "hip_library_sha256": digest, "hip_library_mapped": mapped}
 
 
 class RunFiles:
@@ -75,7 +96,8 @@ class RunFiles:
                    "threads": self.cfg.threads, "seed": self.cfg.seed,
                    "inject": self.cfg.inject,
                    "programs": {p.name: {"program": p.to_dict(),
-                                         "vmfb": str(self.cfg.artifacts[p.name])}
+                                         "vmfb": str(self.cfg.artifacts[p.name]),
+                                         "numerics": self.cfg.numerics_of(p).value}
                                 for p in self.cfg.programs}}
             atomic_write(self.config_for(i), json.dumps(cfg).encode())
 
@@ -100,7 +122,7 @@ class RunFiles:
                 "loaded_gpu_libraries": facts.get("loaded_gpu_libraries"),
                 "library_hashes": library_hashes(facts.get("stack_libraries") or []),
                 "devices_used": self.devices,
-                "hip_library": telemetry.hip_library_path(facts.get("device_info")),
+                **hip_library_identity(facts),
                 "telemetry": telemetry_note or None,
                 "driver_error": facts.get("driver_error"),
                 "worker_python": facts.get("python"), "worker_executable": self.python,

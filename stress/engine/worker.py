@@ -34,7 +34,7 @@ from stress.engine.jobs import Job
 from stress.engine.journal import JournalWriter, SlotWriter, Step
 from stress.engine.patterns import PATTERNS, Pattern, ThreadState, Work, WorkerContext
 from stress.programs.program import Program, make_inputs
-from stress.vocab import exit_path_of, pattern
+from stress.vocab import Numerics, exit_path_of, pattern
 
 _PR_SET_PDEATHSIG = 1  # linux prctl: signal us when the parent dies (no orphans, even on SIGKILL)
 _PR_SET_PTRACER = 0x59616D61  # linux prctl (Yama): let this pid ptrace us (stacks, non-root CI)
@@ -99,6 +99,9 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
                             for d in devices]
         if devices:
             facts["device_info"] = drv.dump_device_info(devices[0]["device_id"])[:4000]
+        # while the driver lives: a driver that dlcloses its library at release (hip) leaves
+        #   no trace of it in the maps read below
+        facts["driver_libraries"] = _gpu_libraries()
         writer.end(Step.DRIVER_CREATE)
         writer.begin(Step.DRIVER_RELEASE)
         del drv
@@ -139,7 +142,8 @@ def _gpu_libraries() -> list[str]:
         with open(f"/proc/{os.getpid()}/maps") as f:
             for line in f:
                 path = line.rsplit(None, 1)[-1] if "/" in line else ""
-                if any(k in path.lower() for k in keys):
+                # shared libraries only: a run folder named for rocm maps its journal too
+                if ".so" in os.path.basename(path) and any(k in path.lower() for k in keys):
                     found.add(path.strip())
     except OSError:
         pass
@@ -180,6 +184,8 @@ class Worker:
         self.programs = {name: Program.from_dict(p["program"])
                          for name, p in config["programs"].items()}
         self.vmfbs = Artifacts({name: Path(p["vmfb"]) for name, p in config["programs"].items()})
+        self.numerics = {name: Numerics(p.get("numerics") or Numerics.REFERENCE.value)
+                         for name, p in config["programs"].items()}
         specs = [inject.parse(s) for s in config.get("inject", [])]
         specs += inject.parse_env(os.environ.get(inject.ENV_VAR))
         self.injector = inject.Injector(specs, hash((config.get("seed", 0), worker_id,
@@ -254,7 +260,8 @@ class Worker:
         writer.begin(Step.JOB, aux=job.invocations)
         try:
             inputs = make_inputs(program, job.seed)
-            work = Work(job, program, inputs, Expectation(program, job.seed, inputs), result)
+            expect = Expectation(program, job.seed, inputs, self.numerics[job.program])
+            work = Work(job, program, inputs, expect, result)
             RUNS[job.pattern].run(self.ctx, state, work)
         except Exception as exc:
             result.errors += 1

@@ -1,4 +1,5 @@
-"""The built-in corpus: pointwise programs rendered from stress/programs/mlir/elementwise.mlir.in.
+"""The built-in corpus: pointwise programs rendered from stress/programs/mlir/elementwise.mlir.in,
+and a few transfer-only ones (mlir/transfer.mlir.in: copies and fills, no dispatch).
 
 Names are stable and greppable: KIND.OP.DTYPE.SHAPE, e.g. binary.add.f16.2x16x64x64+1x16x1x1.
 """
@@ -11,13 +12,15 @@ from pathlib import Path
 from string import Template
 
 from stress.errors import UsageError
-from stress.programs import dtypes
+from stress.programs import dtypes, reference
 from stress.programs.program import Arg, Program
 
 # Package data (pyproject.toml), so an installed iree-stress finds it wherever it runs from.
 MLIR_DIR: Path = Path(__file__).resolve().parent / "mlir"
 EXAMPLES_DIR: Path = MLIR_DIR / "examples"  # user-program examples (--program FILE)
 _TEMPLATE_NAME = "elementwise.mlir.in"
+_TRANSFER_TEMPLATE = "transfer.mlir.in"
+TRANSFER = "transfer"  # the kind (and tag) of the programs that compile to no dispatch
 
 FLOATS = ("f32", "f16", "bf16")
 INTS = ("i32", "i8")
@@ -152,6 +155,36 @@ def _make(kind: str, op: str, dtype: str, shapes: tuple[tuple[int | None, ...], 
     )
 
 
+def _transfer(op: str, dtype: str) -> Program:
+    """A transfer-only program on 64x64 inputs: `slice` (rows SLICE_ROWS), `concat` (two
+    inputs along rows) or `pad` (PAD_ROWS rows of PAD_VALUE above and below)."""
+    rows, cols = UNARY_SHAPE
+    t_in = Arg(UNARY_SHAPE, dtype).mlir_type()
+    lo, hi = reference.SLICE_ROWS
+    n_in, out_rows, body = {
+        "slice": (1, hi - lo, [f"%r = tensor.extract_slice %in0[{lo}, 0] [{hi - lo}, {cols}] "
+                               f"[1, 1] : {t_in} to $out"]),
+        "concat": (2, 2 * rows, [f"%r = tensor.concat dim(0) %in0, %in1 : ({t_in}, {t_in}) "
+                                 "-> $out"]),
+        "pad": (1, rows + 2 * reference.PAD_ROWS, [
+            f"%v = arith.constant {dtypes.get(dtype).mlir_const(reference.PAD_VALUE)} : "
+            f"{dtype}",
+            f"%r = tensor.pad %in0 low[{reference.PAD_ROWS}, 0] high[{reference.PAD_ROWS}, 0] {{",
+            f"^bb0(%i: index, %j: index):\n    tensor.yield %v : {dtype}",
+            f"}} : {t_in} to $out"]),
+    }[op]
+    out = Arg((out_rows, cols), dtype)
+    shapes = "+".join(["x".join(map(str, UNARY_SHAPE))] * n_in)
+    name = f"{TRANSFER}.{op}.{dtype}.{shapes}"
+    mlir = Template((MLIR_DIR / _TRANSFER_TEMPLATE).read_text()).substitute(
+        name=name, args=", ".join(f"%in{i}: {t_in}" for i in range(n_in)),
+        result_type=out.mlir_type(),
+        body="\n".join(f"  {line}" for line in body).replace("$out", out.mlir_type()))
+    return Program(name=name, kind=TRANSFER, op=op, dtype=dtype,
+                   args=tuple(Arg(UNARY_SHAPE, dtype) for _ in range(n_in)), results=(out,),
+                   mlir=mlir, has_reference=True, tags=(TRANSFER,))
+
+
 @functools.cache
 def corpus() -> tuple[Program, ...]:
     """Every built-in program, in a stable order."""
@@ -184,6 +217,8 @@ def corpus() -> tuple[Program, ...]:
     # Dynamic shapes: the runtime shape varies with the job seed.
     progs.append(_make("dynamic", "add", "f32", ((None, None), (None, None)), tags=("dynamic",)))
     progs.append(_make("dynamic", "exp", "f16", ((None, None),), tags=("dynamic",)))
+    # Transfer-only: checked end to end even where kernels do not run (the stand-in HIP).
+    progs += [_transfer("slice", "f32"), _transfer("concat", "f16"), _transfer("pad", "f32")]
     seen: set[str] = set()
     unique = []
     for p in progs:

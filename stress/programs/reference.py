@@ -40,6 +40,19 @@ FLOAT_OPS: dict[str, Callable[..., Array]] = {
 }
 
 
+# Transfer-only programs (corpus kind `transfer`): data movement the compiler turns into queue
+#   copies and fills, no dispatch, so a device that runs no kernels still computes them
+SLICE_ROWS: tuple[int, int] = (16, 48)  # rows kept of a 64-row input
+PAD_ROWS: int = 1  # rows added above and below
+PAD_VALUE: float = 1.5  # exact in every float dtype
+TRANSFER_OPS: dict[str, Callable[..., Any]] = {
+    "slice": lambda a: a[SLICE_ROWS[0]:SLICE_ROWS[1]],
+    "concat": lambda a, b: np.concatenate([a, b]),
+    "pad": lambda a: np.pad(a, ((PAD_ROWS, PAD_ROWS), (0, 0)), constant_values=PAD_VALUE),
+}
+FLOAT_OPS.update(TRANSFER_OPS)
+
+
 def _wrap(fn: Callable[..., Any]) -> Callable[..., npt.NDArray[np.generic]]:
     def call(*args: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
         with np.errstate(over="ignore"):

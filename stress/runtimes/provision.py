@@ -355,7 +355,8 @@ def check_facts(built: Built, manifest: Mapping[str, Any]) -> list[str]:
         problems.append(f"workers imported iree.runtime from {path or '?'}, not from the "
                         f"stack's venv {built.venv}")
     if built.hip_library:
-        loaded = [p for p in manifest.get("loaded_gpu_libraries") or [] if "amdhip" in p]
+        loaded = [p for p in [*(manifest.get("loaded_gpu_libraries") or []),
+                              *(manifest.get("hip_library_mapped") or [])] if "amdhip" in p]
         want = os.path.realpath(built.hip_library)
         wrong = [p for p in loaded if os.path.realpath(p) != want]
         if wrong:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.engine.config import DEFAULT_EVIDENCE_BUDGET
-from stress.vocab import Engine
+from stress.vocab import Engine, Numerics
 
 
 @dataclass
@@ -51,6 +51,7 @@ class SoakOptions:
     repro_class: str = ""  # `iree-stress repro`: the class of the failure rerun
     repro_runs: int = 0  # `iree-stress repro`: how many runs were asked for
     from_env: list[str] = field(default_factory=list)  # options the environment gave, as argv
+    numerics: str = Numerics.REFERENCE.value  # --numerics: how results are checked
 
     def plan_parts(self) -> dict[str, Any]:
         """The options that define what a soak runs (not where, nor under which runtime
@@ -64,4 +65,7 @@ class SoakOptions:
                 "shard": self.shard, "job_seed": self.job_seed, "artifacts": self.artifacts,
                 "engine": self.engine, "command": self.command, "done_regex": self.done_regex,
                 "record": self.record,
-                **({"name": self.name} if self.name else {})}  # (keys of older plans kept)
+                # (keys of older plans kept: each only when asked)
+                **({"name": self.name} if self.name else {}),
+                **({"numerics": self.numerics} if self.numerics != Numerics.REFERENCE.value
+                   else {})}

@@ -19,7 +19,7 @@ from stress.errors import UsageError
 from stress.programs import corpus, targets, userprog
 from stress.programs.program import Program
 from stress.soak.options import SoakOptions
-from stress.vocab import Engine, Family, family
+from stress.vocab import NO_KERNELS_MARK, Engine, Family, Numerics, family
 
 if TYPE_CHECKING:
     from stress.engine.execrunner import ExecCommand
@@ -63,6 +63,8 @@ def config(opts: SoakOptions, plan: Plan, seed: int, results_dir: Path,
     duration = opts.duration_s
     if duration is None and opts.invocations is None:
         duration = _DEFAULT_DURATION_S
+    unchecked, why = unchecked_programs(
+        plan.programs, opts.numerics, plan.found.drivers.get(plan.driver, {}).get("names", []))
     return SoakConfig(
         target=plan.target, driver=plan.driver, device_uri=plan.device_uri,
         programs=plan.programs, artifacts=artifacts, patterns=plan.patterns,
@@ -78,7 +80,22 @@ def config(opts: SoakOptions, plan: Plan, seed: int, results_dir: Path,
         done_regex=plan.command.done_regex if plan.command else None,
         record=plan.record, max_jobs_per_worker=plan.max_jobs_per_worker,
         repro_class=opts.repro_class, repro_runs=opts.repro_runs,
-        evidence_budget=opts.evidence_budget)
+        evidence_budget=opts.evidence_budget, numerics=opts.numerics, unchecked=unchecked,
+        unchecked_why=why)
+
+
+def unchecked_programs(programs: list[Program], asked: str, device_names: list[str]
+                       ) -> tuple[list[str], str]:
+    """(programs whose results go unchecked, why): all of them with `--numerics off`; on a
+    device that names itself as running no kernels (the stand-in HIP library), every program
+    with a dispatch (its results are whatever the buffers held), never a transfer-only one."""
+    if asked == Numerics.OFF.value:
+        return [p.name for p in programs], ""
+    fake = next((n for n in device_names if NO_KERNELS_MARK in n), "")
+    if not fake:
+        return [], ""
+    return ([p.name for p in programs if p.kind != corpus.TRANSFER],
+            f"the device runs no kernels ({fake}): programs with dispatches unchecked")
 
 
 def check_duration(opts: SoakOptions) -> None:

@@ -21,7 +21,7 @@ from stress.soak.resume import stored_name
 from stress.soak.run import run_soak
 from stress.store import readers
 from stress.store.db import DB_NAME
-from stress.vocab import Engine, RunStatus
+from stress.vocab import Engine, Numerics, RunStatus
 
 _STORE_LEVELS: int = 3  # FAILURE_DIR/../.. is the run folder; a resumed run's is one more up
 _REPLAY_TIMEOUT_S: float = 120.0  # one iree-run-replay of a recorded job's HAL stream
@@ -141,7 +141,8 @@ def repro_options(folder: Path, times: int, cfg: dict[str, Any], job: dict[str, 
         name=stored_name(cfg) if engine is Engine.EXEC else None,
         record=bool(cfg.get("record")),
         cwd=Path(cfg["exec_cwd"]) if cfg.get("exec_cwd") else None,
-        repro_class=cls, repro_runs=times)
+        repro_class=cls, repro_runs=times,
+        numerics=str(cfg.get("numerics") or Numerics.REFERENCE.value))
 
 
 def repro(folder: Path, times: int, replay_device: str | None = None, *,

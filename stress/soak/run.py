@@ -211,7 +211,8 @@ def _tools(opts: SoakOptions, plan: Plan, config: SoakConfig,
     tools = plans.native_tools(opts.python or sys.executable)
     facts = tool_facts(tools)  # no worker says hello: the tools' own version file
     return NativeRunner(tools, {p.name: p for p in plan.programs}, config.artifacts,
-                        config.device_uri, files, opts.record, opts.env), facts
+                        config.device_uri, files, opts.record, opts.env,
+                        {p.name: config.numerics_of(p) for p in plan.programs}), facts
 
 
 # ---- the user's command (exec) ------------------------------------------------------------

@@ -367,6 +367,9 @@ class SoakTrials:
             "iree_revisions": manifest.get("iree_revisions"),
             "iree_runtime_path": manifest.get("iree_runtime_path"),
             "loaded_gpu_libraries": manifest.get("loaded_gpu_libraries"),
+            # what the workers' hip driver loaded (hip_library: what the stack binds)
+            "hip_library_loaded": manifest.get("hip_library"),
+            **{k: manifest.get(k) for k in ("hip_library_sha256", "hip_library_mapped")},
             "worker_python": manifest.get("worker_python"),
             **content_facts(built, manifest)}, indent=1).encode())
         problems = check_facts(built, manifest)

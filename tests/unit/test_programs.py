@@ -10,7 +10,8 @@ from stress.errors import UsageError
 from stress.programs import compiler, corpus, dtypes, reference, targets, userprog
 from stress.programs.program import Program, Role, make_inputs
 
-NAME = re.compile(r"^(unary|binary|chain|dynamic)\.[a-z_]+\.(f32|f16|bf16|i32|i8)\.[0-9xN+a-z]+$")
+NAME = re.compile(r"^(unary|binary|chain|dynamic|transfer)\.[a-z_]+\.(f32|f16|bf16|i32|i8)"
+                  r"\.[0-9xN+a-z]+$")
 REPO = Path(__file__).resolve().parents[2]
 
 

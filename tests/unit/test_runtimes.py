@@ -188,3 +188,37 @@ def test_a_build_step_shows_its_step_time_and_pips_current_line_while_it_runs() 
     with pytest.raises(StackError, match="exited 3: boom"):
         provision._run([sys.executable, "-c", "import sys; print('boom', file=sys.stderr); "
                      "sys.exit(3)"], "venv", stack)
+
+
+def test_a_second_hip_library_mapped_while_the_driver_lived_is_an_error(tmp_path: Path) -> None:
+    # issue 37: IREE's hip driver dlcloses its library when it is destroyed, so the maps read
+    #   after the facts step show no HIP library at all; the ones mapped while it lived do
+    bound = tmp_path / "lib" / "libamdhip64.so.7"
+    bound.parent.mkdir()
+    bound.write_bytes(b"")
+    venv = tmp_path / "v"
+    (venv / "iree").mkdir(parents=True)
+    facts = {"iree_runtime": "3.12.0", "iree_runtime_path": str(venv / "iree"),
+             "loaded_gpu_libraries": [], "hip_library": str(bound),
+             "hip_library_mapped": [str(bound), "/tmp/preloaded/libamdhip64.so"]}
+    problems = provision.check_facts(built_for(str(venv), str(bound)), facts)
+    assert problems == [f"workers loaded /tmp/preloaded/libamdhip64.so, the stack binds {bound}"]
+    alone = {**facts, "hip_library_mapped": [str(bound)]}
+    assert provision.check_facts(built_for(str(venv), str(bound)), alone) == []
+
+
+def test_a_manifest_names_the_hip_library_the_driver_loaded_with_its_hash(
+        tmp_path: Path) -> None:
+    import hashlib
+
+    from stress.engine.runfiles import hip_library_identity
+
+    lib = tmp_path / "libamdhip64.so"
+    lib.write_bytes(b"stand-in bytes")
+    facts = {"device_info": f"\n- amdhip64_dylib_path: {lib}\n- gpu-arch-name: gfx942\n",
+             "driver_libraries": [str(lib), "/usr/lib/libvulkan.so.1"]}
+    assert hip_library_identity(facts) == {
+        "hip_library": str(lib), "hip_library_sha256": hashlib.sha256(b"stand-in bytes")
+        .hexdigest(), "hip_library_mapped": [str(lib)]}
+    assert hip_library_identity({}) == {"hip_library": None, "hip_library_sha256": None,
+                                        "hip_library_mapped": []}
