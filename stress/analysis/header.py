@@ -94,8 +94,20 @@ def _driver(m: dict[str, Any], engine: Engine) -> str:
         return "the command's own"
     libs = [*(m.get("loaded_gpu_libraries") or []),
             *([m["hip_library"]] if m.get("hip_library") else [])]
-    lib = ", ".join(dict.fromkeys(libs)) or "none loaded (built into the runtime)"
+    icds = {p.rsplit("/", 1)[-1] for p in m.get("vulkan_icds") or []}
+    lib = ", ".join(_library_role(p, icds) for p in dict.fromkeys(libs)) or \
+        "none loaded (built into the runtime)"
     return f"{m.get('driver') or '?'}, library {lib}"
+
+
+def _library_role(path: str, icds: set[str]) -> str:
+    """A mapped library, with its part where it is a Vulkan one: the loader, or an ICD (a
+    driver its manifest names: the loader maps every installed one, whichever has the
+    device)."""
+    name = path.rsplit("/", 1)[-1]
+    if name.startswith("libvulkan.so"):
+        return f"{path} (Vulkan loader)"
+    return f"{path} (Vulkan ICD)" if name in icds else path
 
 
 def _host(m: dict[str, Any]) -> str:

@@ -98,6 +98,7 @@ class RunFiles:
                 "driver": self.cfg.driver, "device_uri": self.cfg.device_uri,
                 "devices": facts.get("devices"), "device_info": facts.get("device_info"),
                 "loaded_gpu_libraries": facts.get("loaded_gpu_libraries"),
+                "vulkan_icds": facts.get("vulkan_icds"),
                 "devices_used": self.devices,
                 "hip_library": telemetry.hip_library_path(facts.get("device_info")),
                 "telemetry": telemetry_note or None,

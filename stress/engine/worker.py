@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -100,26 +101,89 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
         if devices:
             facts["device_info"] = drv.dump_device_info(devices[0]["device_id"])[:4000]
         writer.end(Step.DRIVER_CREATE)
+        # read while the driver lives: IREE's HIP and Vulkan drivers dlclose their library at
+        #   driver destroy
+        icds = _vulkan_icd_libraries()
+        libraries = _gpu_libraries(icds)
+        if devices and driver_name in _LIBRARIES_WITH_A_DEVICE:
+            libraries += _with_a_device(drv, writer, icds)
+        facts["loaded_gpu_libraries"] = sorted(set(libraries))
+        if icds:
+            facts["vulkan_icds"] = sorted(icds)
         writer.begin(Step.DRIVER_RELEASE)
         del drv
         writer.end(Step.DRIVER_RELEASE)
     except Exception as exc:  # reported, not fatal: the jobs will fail with the real error
         writer.fail(Step.DRIVER_CREATE)
         facts["driver_error"] = str(exc)
-    facts["loaded_gpu_libraries"] = _gpu_libraries()
+    if "loaded_gpu_libraries" not in facts:
+        facts["loaded_gpu_libraries"] = _gpu_libraries(_vulkan_icd_libraries())
     return facts
 
 
-def _gpu_libraries() -> list[str]:
-    """Which HIP/CUDA/HSA libraries this process mapped (which ROCm did we really load?)."""
-    keys = ("amdhip", "hsa-runtime", "libcuda", "libnvrtc", "libvulkan", "rocm", "therock")
+# drivers whose API library loads more only when a device is made: the Vulkan loader maps the
+#   ICDs (lavapipe's libvulkan_lvp.so, a GPU vendor's) at device creation and unmaps them at
+#   its release, so a driver that only listed its devices shows the loader alone
+_LIBRARIES_WITH_A_DEVICE: frozenset[str] = frozenset({"vulkan"})
+_GPU_LIBRARY_KEYS: tuple[str, ...] = ("amdhip", "hsa-runtime", "libcuda", "libnvrtc",
+                                      "libvulkan", "rocm", "therock")
+# where the Vulkan loader looks for ICD manifests (its documented defaults, after the
+#   variables that replace or extend them)
+_ICD_ENV: tuple[str, ...] = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES")
+_ICD_DIRS: tuple[str, ...] = ("/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d",
+                              "/usr/share/vulkan/icd.d")
+
+
+def _with_a_device(drv: Any, writer: SlotWriter, icds: set[str]) -> list[str]:
+    """The GPU libraries mapped while one device of `drv` lives (made and released as the
+    jobs' devices are, journaled so a stall or crash in it is a finding)."""
+    try:
+        writer.begin(Step.DEVICE_CREATE)
+        device = drv.create_default_device()
+    except Exception:  # the jobs' own device creation will fail and say why
+        writer.fail(Step.DEVICE_CREATE)
+        return []
+    writer.end(Step.DEVICE_CREATE)
+    libraries = _gpu_libraries(icds)
+    writer.begin(Step.DEVICE_RELEASE)
+    del device
+    writer.end(Step.DEVICE_RELEASE)
+    return libraries
+
+
+def _vulkan_icd_libraries() -> set[str]:
+    """The libraries the installed Vulkan ICD manifests name (`ICD.library_path`), as written
+    there: a bare name or a path."""
+    files: list[Path] = []
+    for var in _ICD_ENV:
+        for part in os.environ.get(var, "").split(os.pathsep):
+            if part:
+                files += sorted(Path(part).glob("*.json")) if Path(part).is_dir() else [Path(part)]
+    for folder in _ICD_DIRS:
+        files += sorted(Path(folder).glob("*.json"))
+    out: set[str] = set()
+    for f in files:
+        try:
+            lib = json.loads(f.read_text()).get("ICD", {}).get("library_path")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(lib, str) and lib:
+            out.add(lib)
+    return out
+
+
+def _gpu_libraries(icds: Iterable[str] = ()) -> list[str]:
+    """Which HIP/CUDA/HSA/Vulkan libraries this process mapped (which ROCm did we really
+    load?): a Vulkan ICD by the name its manifest gives (NVIDIA's is libGLX_nvidia)."""
+    names = {Path(i).name for i in icds}
     found: set[str] = set()
     try:
         with open(f"/proc/{os.getpid()}/maps") as f:
             for line in f:
-                path = line.rsplit(None, 1)[-1] if "/" in line else ""
-                if any(k in path.lower() for k in keys):
-                    found.add(path.strip())
+                path = line.rsplit(None, 1)[-1].strip() if "/" in line else ""
+                if any(k in path.lower() for k in _GPU_LIBRARY_KEYS) or \
+                        (path and Path(path).name in names):
+                    found.add(path)
     except OSError:
         pass
     return sorted(found)
