@@ -158,6 +158,8 @@ def rows(manifests: Sequence[dict[str, Any]], commands: Sequence[str] = ()
            ("target", one(lambda m: str((m.get("config") or {}).get("target") or "?"))),
            ("device", one(lambda m: _device(m, engine(m)))),
            ("driver", one(lambda m: _driver(m, engine(m)))),
+           *([("telemetry", one(lambda m: str(m.get("telemetry") or "none")))]
+             if any(m.get("telemetry") for m in manifests) else []),
            ("host", one(_host)),
            ("numerics", one(numerics)),
            ("seed", one(lambda m: str(m.get("seed", "?"))))]
