@@ -14,6 +14,7 @@ miscompiled for the first: the device ran what it was given.
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
@@ -92,6 +93,13 @@ def iree_tools(tmp: Path, target_flags: list[str], label: str) -> list[str]:
         lines.append(f"# {label} {name}: iree-run-module --input=64x64x{elt}=3 -> "
                      f"{result[:70]} ...")
         lines += [f"#   SPIR-V: {op}" for op in ops]
+    # what the target declares: its arch, compute and storage widths (IREE's own attribute)
+    text = "".join(f.read_text() for f in sorted(tmp.glob(f"dump-{label}-*/*.spirv.mlir")))
+    m = re.search(r'#iree_gpu\.target<arch = "([^"]+)".*?compute = ([^,]+), storage = ([^,]+),',
+                  text)
+    if m:
+        lines.append(f"# {label}: target arch {m.group(1)}, compute {m.group(2)}, storage "
+                     f"{m.group(3)}")
     return lines
 
 
