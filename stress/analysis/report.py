@@ -24,7 +24,6 @@ from stress.analysis import (
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import Rate, fmt_rate
 from stress.analysis.text import PATTERN_HEAD, failure_counts, pattern_rows, run_lines
-from stress.programs import dtypes
 from stress.store import counts
 from stress.store import summary as summary_mod
 from stress.vocab import Engine, FailureClass
@@ -32,7 +31,6 @@ from stress.vocab import Engine, FailureClass
 CORRELATED_SIGNATURES: int = 8  # signatures that get a correlation table
 FIRST_SCREEN: int = 6  # findings on the first screen; the rest are in the tables below
 FRAMES_SHOWN: int = 3
-PROGRAMS_SHOWN: int = 4  # programs named in a miscompare's finding, most frequent first
 
 
 def _label(s: Signature) -> str:
@@ -90,15 +88,6 @@ class Finding:
         conc = ", ".join(c for c, _ in s.concurrency.most_common(3))
         return f"{pats or '?'}; workers x threads {conc or '?'}"
 
-    def programs(self) -> str:
-        """The programs that gave the wrong answer, each with its dtype and count: what a
-        user reruns or reports."""
-        s = self.signature
-        shown = [f"{name}{f' ({dt})' if (dt := dtypes.in_name(name)) else ''} {n:,}"
-                 for name, n in s.programs.most_common(PROGRAMS_SHOWN)]
-        more = len(s.programs) - len(shown)
-        return ", ".join(shown) + (f" and {more} more" if more > 0 else "") or "?"
-
     def others(self) -> str:
         return self.correlation.verdict() if self.correlation else "not correlated"
 
@@ -120,10 +109,10 @@ class Finding:
         """The lines under the headline, as (label, text)."""
         s = self.signature
         label = _label(s)
-        out = [(label, self.frames())]
-        if s.cls == FailureClass.MISCOMPARE.value:
-            out.append(("programs", self.programs()))
-        out += [("how often", self.how_often()), ("where", self.where())]
+        out = [(label, self.frames()),
+               ("how often", self.how_often()), ("where", self.where())]
+        if s.cls == FailureClass.MISCOMPARE.value:  # which programs answered wrong, what dtype
+            out.insert(len(out) - 2, ("programs", s.programs_text()))
         if self.others_tested:
             out.append(("other threads", self.others()))
         if self.is_known:
@@ -145,8 +134,6 @@ class Finding:
                 "known_as": self.known_as() or None,
                 "known": s.known.as_dict() if s.known else None, "what": self.what(),
                 "frames": self.frames(), "how_often": self.how_often(),
-                "programs": self.programs()
-                if self.signature.cls == FailureClass.MISCOMPARE.value else None,
                 "rate": s.rate.as_dict() if s.rate else None, "where": self.where(),
                 "other_threads": self.others() if self.others_tested else None,
                 "evidence": s.example,
@@ -184,8 +171,7 @@ class Report:
     def findings(self) -> list[Finding]:
         """New signatures first, then known ones, each by how often they hit."""
         by_id = {c.signature: c for c in self.correlations}
-        return [Finding(s, by_id.get(s.id)) for s in [*self.new_signatures,
-                                                       *self.known_signatures]]
+        return [Finding(s, by_id.get(s.id)) for s in [*self.new_signatures, *self.known_signatures]]
 
     @property
     def new_signatures(self) -> list[Signature]:
@@ -241,8 +227,7 @@ class Report:
                 "exposures": [exposure_dict(p) for p in self.patterns],
                 "exposure_totals": t.exposures(),
                 "exit_paths": self.exit_paths.as_dict() if self.exit_paths else None,
-                "healthy_windows": self.healthy_windows,
-                "telemetry": telemetry_summary(self.data),
+                "healthy_windows": self.healthy_windows, "telemetry": telemetry_summary(self.data),
                 "busy_idle": [b.as_dict() for b in self.busy_idle or []]}
 
     @property

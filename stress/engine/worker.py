@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -101,24 +100,39 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
         if devices:
             facts["device_info"] = drv.dump_device_info(devices[0]["device_id"])[:4000]
         writer.end(Step.DRIVER_CREATE)
-        # read while the driver lives: IREE's HIP and Vulkan drivers dlclose their library at
-        #   driver destroy
-        icds = _vulkan_icd_libraries()
-        libraries = _gpu_libraries(icds)
+        # IREE's HIP and Vulkan drivers unload their library at driver destroy, and the Vulkan
+        #   loader maps its ICDs only while a device lives: read them while they are mapped
+        _MAPPED_EARLIER.update(_gpu_libraries())
         if devices and driver_name in _LIBRARIES_WITH_A_DEVICE:
-            libraries += _with_a_device(drv, writer, icds)
-        facts["loaded_gpu_libraries"] = sorted(set(libraries))
-        if icds:
-            facts["vulkan_icds"] = sorted(icds)
+            _with_a_device(drv, writer)
+        if _vulkan_icd_libraries():
+            facts["vulkan_icds"] = sorted(_vulkan_icd_libraries())
         writer.begin(Step.DRIVER_RELEASE)
         del drv
         writer.end(Step.DRIVER_RELEASE)
     except Exception as exc:  # reported, not fatal: the jobs will fail with the real error
         writer.fail(Step.DRIVER_CREATE)
         facts["driver_error"] = str(exc)
-    if "loaded_gpu_libraries" not in facts:
-        facts["loaded_gpu_libraries"] = _gpu_libraries(_vulkan_icd_libraries())
+    facts["loaded_gpu_libraries"] = _gpu_libraries()
     return facts
+
+
+def _gpu_libraries() -> list[str]:
+    """Which HIP/CUDA/HSA libraries this process mapped (which ROCm did we really load?)."""
+    # and Vulkan's: the loader, and an ICD by the name its manifest gives (NVIDIA's is
+    #   libGLX_nvidia); with those read while a driver or a device lived (_MAPPED_EARLIER)
+    icds = {Path(i).name for i in _vulkan_icd_libraries()}
+    found: set[str] = set(_MAPPED_EARLIER)
+    try:
+        with open(f"/proc/{os.getpid()}/maps") as f:
+            for line in f:
+                path = line.rsplit(None, 1)[-1].strip() if "/" in line else ""
+                if any(k in path.lower() for k in _GPU_LIBRARY_KEYS) or \
+                        (path and Path(path).name in icds):
+                    found.add(path)
+    except OSError:
+        pass
+    return sorted(found)
 
 
 # drivers whose API library loads more only when a device is made: the Vulkan loader maps the
@@ -127,6 +141,7 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
 _LIBRARIES_WITH_A_DEVICE: frozenset[str] = frozenset({"vulkan"})
 _GPU_LIBRARY_KEYS: tuple[str, ...] = ("amdhip", "hsa-runtime", "libcuda", "libnvrtc",
                                       "libvulkan", "rocm", "therock")
+_MAPPED_EARLIER: set[str] = set()  # GPU libraries read while the driver or a device lived
 # where the Vulkan loader looks for ICD manifests (its documented defaults, after the
 #   variables that replace or extend them)
 _ICD_ENV: tuple[str, ...] = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES")
@@ -134,21 +149,20 @@ _ICD_DIRS: tuple[str, ...] = ("/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.
                               "/usr/share/vulkan/icd.d")
 
 
-def _with_a_device(drv: Any, writer: SlotWriter, icds: set[str]) -> list[str]:
-    """The GPU libraries mapped while one device of `drv` lives (made and released as the
-    jobs' devices are, journaled so a stall or crash in it is a finding)."""
+def _with_a_device(drv: Any, writer: SlotWriter) -> None:
+    """Reads the GPU libraries mapped while one device of `drv` lives (made and released as
+    the jobs' devices are, journaled so that a stall or crash in it is a finding)."""
     try:
         writer.begin(Step.DEVICE_CREATE)
         device = drv.create_default_device()
     except Exception:  # the jobs' own device creation will fail and say why
         writer.fail(Step.DEVICE_CREATE)
-        return []
+        return
     writer.end(Step.DEVICE_CREATE)
-    libraries = _gpu_libraries(icds)
+    _MAPPED_EARLIER.update(_gpu_libraries())
     writer.begin(Step.DEVICE_RELEASE)
     del device
     writer.end(Step.DEVICE_RELEASE)
-    return libraries
 
 
 def _vulkan_icd_libraries() -> set[str]:
@@ -170,23 +184,6 @@ def _vulkan_icd_libraries() -> set[str]:
         if isinstance(lib, str) and lib:
             out.add(lib)
     return out
-
-
-def _gpu_libraries(icds: Iterable[str] = ()) -> list[str]:
-    """Which HIP/CUDA/HSA/Vulkan libraries this process mapped (which ROCm did we really
-    load?): a Vulkan ICD by the name its manifest gives (NVIDIA's is libGLX_nvidia)."""
-    names = {Path(i).name for i in icds}
-    found: set[str] = set()
-    try:
-        with open(f"/proc/{os.getpid()}/maps") as f:
-            for line in f:
-                path = line.rsplit(None, 1)[-1].strip() if "/" in line else ""
-                if any(k in path.lower() for k in _GPU_LIBRARY_KEYS) or \
-                        (path and Path(path).name in names):
-                    found.add(path)
-    except OSError:
-        pass
-    return sorted(found)
 
 
 class Artifacts(dict[str, bytes]):

@@ -24,7 +24,8 @@ def test_the_icd_manifests_the_loader_would_read_name_their_libraries(
     assert worker._vulkan_icd_libraries() == {"/opt/x/libvk_x.so", "libvk_y.so.1"}
 
 
-def test_a_mapped_library_an_icd_manifest_names_is_a_gpu_library(tmp_path: Path) -> None:
+def test_a_mapped_library_an_icd_manifest_names_is_a_gpu_library(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An ICD named nothing like Vulkan (NVIDIA's is libGLX_nvidia) is found by its name."""
     import shutil
 
@@ -33,5 +34,7 @@ def test_a_mapped_library_an_icd_manifest_names_is_a_gpu_library(tmp_path: Path)
     icd = tmp_path / "libicd_standin.so"  # a copy of libm under a name of its own
     shutil.copy(src, icd)
     ctypes.CDLL(str(icd))
+    monkeypatch.setattr(worker, "_vulkan_icd_libraries", lambda: set())
     assert str(icd) not in worker._gpu_libraries()
-    assert str(icd) in worker._gpu_libraries({"/elsewhere/libicd_standin.so"})
+    monkeypatch.setattr(worker, "_vulkan_icd_libraries", lambda: {"/elsewhere/libicd_standin.so"})
+    assert str(icd) in worker._gpu_libraries()
