@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import header  # noqa: E402
+from _common import emit, header  # noqa: E402
 
 
 def mapped() -> list[str]:
@@ -46,10 +46,7 @@ def main() -> int:
     say("device released")
     del drv
     say("driver released")
-    print("\n".join(lines))
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n")
-    return 0
+    return emit(lines, args.out)
 
 
 if __name__ == "__main__":

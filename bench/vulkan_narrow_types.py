@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, header  # noqa: E402
+from _common import ROOT, emit, header  # noqa: E402
 
 SKIP: tuple[str, ...] = ("2048x4096",)  # 8M elements: minutes each on lavapipe, same ops
 NEGATES: tuple[str, ...] = ("unary.neg.i8.64x64", "unary.neg.f16.64x64", "unary.neg.f32.64x64")
@@ -139,10 +139,7 @@ def main() -> int:
         table.append(f"# {t}: " + ", ".join(f"{d} {w} of {r + w} programs wrong"
                                              for d, (r, w) in sorted(by.items())))
     out = [head, *table, *tools]
-    print("\n".join(out))
-    if args.out:
-        Path(args.out).write_text("\n".join(out) + "\n")
-    return 0
+    return emit(out, args.out)
 
 
 if __name__ == "__main__":
