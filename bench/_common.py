@@ -31,6 +31,15 @@ def header() -> str:
     return line
 
 
+def emit(lines: list[str], out: str | None) -> int:
+    """Prints an output's lines, and writes them to `out` when given (a committed result);
+    returns 0, the script's exit status."""
+    print("\n".join(lines))
+    if out:
+        Path(out).write_text("\n".join(lines) + "\n")
+    return 0
+
+
 def soak(*args: str, timeout: float = 900) -> dict[str, Any]:
     env = {**os.environ}
     out = subprocess.run([sys.executable, "-m", "stress", "soak", "--json", "-q", *args],

@@ -98,8 +98,20 @@ def _driver(m: dict[str, Any], engine: Engine) -> str:
         return "the command's own"
     libs = [*(m.get("loaded_gpu_libraries") or []),
             *([m["hip_library"]] if m.get("hip_library") else [])]
-    lib = ", ".join(dict.fromkeys(libs)) or "none loaded (built into the runtime)"
+    icds = {p.rsplit("/", 1)[-1] for p in m.get("vulkan_icds") or []}
+    lib = ", ".join(_library_role(p, icds) for p in dict.fromkeys(libs)) or \
+        "none loaded (built into the runtime)"
     return f"{m.get('driver') or '?'}, library {lib}"
+
+
+def _library_role(path: str, icds: set[str]) -> str:
+    """A mapped library, with its part where it is a Vulkan one: the loader, or an ICD (a
+    driver its manifest names: the loader maps every installed one, whichever has the
+    device)."""
+    name = path.rsplit("/", 1)[-1]
+    if name.startswith("libvulkan.so"):
+        return f"{path} (Vulkan loader)"
+    return f"{path} (Vulkan ICD)" if name in icds else path
 
 
 def _host(m: dict[str, Any]) -> str:
@@ -166,6 +178,8 @@ def rows(manifests: Sequence[dict[str, Any]], commands: Sequence[str] = ()
            ("target", one(lambda m: str((m.get("config") or {}).get("target") or "?"))),
            ("device", one(lambda m: _device(m, engine(m)))),
            ("driver", one(lambda m: _driver(m, engine(m)))),
+           *([("telemetry", one(lambda m: str(m.get("telemetry") or "none")))]
+             if any(m.get("telemetry") for m in manifests) else []),
            ("host", one(_host)),
            ("numerics", one(numerics)),
            ("seed", one(lambda m: str(m.get("seed", "?"))))]

@@ -17,6 +17,11 @@ already filed are shown apart from new ones (and, in the gate, do not fail it).
     #   matched exactly or compatibly: the same mode seen through a shorter unwind or
     #   without symbols (`??` frames of the same module), and the report says which
 
+    [[known]]
+    match = "miscompare|*"
+    programs = "*.f16.*, *.bf16.*"              # only signatures all of whose programs match
+    note = "narrow types on the default Vulkan target"
+
 The key text is `class|signal|step|state|frame < frame < frame|message` (shown by
 `report --format json` as each signature's `key`). The key keeps a message's first 120
 characters. For errors and miscompares, a pattern that misses the key is tried on the key with
@@ -40,7 +45,7 @@ from typing import Any
 
 from stress.errors import UsageError
 
-_KEYS: frozenset[str] = frozenset({"signature", "match", "key", "note", "link"})
+_KEYS: frozenset[str] = frozenset({"signature", "match", "key", "note", "link", "programs"})
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,18 @@ class KnownFailure:
     link: str = ""
     line: int = 0  # where it is in the file (for messages)
     key: str = ""  # a signature key text, matched exactly or compatibly
+    programs: str = ""  # comma-separated globs: only a signature all of whose programs match
+
+    def covers(self, programs: Iterable[str]) -> bool:
+        """Whether the entry may name a signature of these programs: any, without
+        `programs`; else only when each of them matches one of its globs (a known wrong
+        answer of f16 programs does not make an f32 one known)."""
+        if not self.programs:
+            return True
+        globs = [g.strip() for g in self.programs.split(",") if g.strip()]
+        names = list(programs)
+        return bool(names) and all(any(fnmatch.fnmatchcase(n, g) for g in globs)
+                                   for n in names)
 
     def matches(self, sig_id: str, key_text: str, full_texts: Sequence[str] = ()) -> bool:
         """By id, or the pattern over the key text, or over *every one* of the signature's
@@ -68,7 +85,8 @@ class KnownFailure:
 
     def as_dict(self) -> dict[str, Any]:
         return {"signature": self.signature or None, "match": self.match or None,
-                "key": self.key or None, "note": self.note, "link": self.link or None}
+                "key": self.key or None, "note": self.note, "link": self.link or None,
+                "programs": self.programs or None}
 
 
 @dataclass(frozen=True)
@@ -97,20 +115,25 @@ class KnownFailures:
     def lookup_signature(self, sig: Any) -> KnownFailure | None:
         """lookup() for a `signatures.Signature`; else a `key` entry the signature is
         compatible with (`Signature.compatible_with`: one mode through a shorter or
-        unsymbolized unwind), whose way of matching is left in `sig.known_how`."""
+        unsymbolized unwind), whose way of matching is left in `sig.known_how`. Entries with
+        `programs` are tried only on signatures of those programs."""
+        names = list(getattr(sig, "programs", None) or ())
+        entries = tuple(e for e in self.entries if e.covers(names))
+        if len(entries) < len(self.entries):
+            return KnownFailures(self.path, entries).lookup_signature(sig)
         hit = self.lookup(sig.id, sig.key.text(), sig.full_texts)
         if hit is not None:
             return hit
         detailed = sig.key.detailed()
-        hit = next((e for e in self.entries if e.key and e.key == detailed), None)
+        hit = next((e for e in entries if e.key and e.key == detailed), None)
         if hit is not None:
             return hit
-        for e in self.entries:
+        for e in entries:
             why = sig.compatible_with(e.key) if e.key else None
             if why:
                 sig.known_how = f"matched {e.key!r} compatibly: {why}"
                 return e
-        for e in self.entries:
+        for e in entries:
             why = sig.incompatible_with(e.key) if e.key else None
             if why:
                 sig.known_how = f"not the known key at line {e.line}: {why}"
@@ -194,7 +217,7 @@ def _entry(t: Any, path: Path, line: int) -> KnownFailure:
     if not t.get("note"):
         raise UsageError(f"{where}: a known failure needs a `note` saying what it is")
     return KnownFailure(t["note"], t.get("signature", ""), t.get("match", ""), t.get("link", ""),
-                        line, t.get("key", ""))
+                        line, t.get("key", ""), t.get("programs", ""))
 
 
 def load_all(paths: Iterable[Path]) -> KnownFailures:

@@ -120,6 +120,8 @@ class Finding:
         out = [(culprit.label(s) or "", who)] if who else []
         out += [(label, self.frames()),
                ("how often", self.how_often()), ("where", self.where())]
+        if s.cls == FailureClass.MISCOMPARE.value:  # which programs answered wrong, what dtype
+            out.insert(len(out) - 2, ("programs", s.programs_text()))
         if self.others_tested:
             out.append(("other threads", self.others()))
         if self.is_known:
@@ -179,8 +181,7 @@ class Report:
     def findings(self) -> list[Finding]:
         """New signatures first, then known ones, each by how often they hit."""
         by_id = {c.signature: c for c in self.correlations}
-        return [Finding(s, by_id.get(s.id)) for s in [*self.new_signatures,
-                                                       *self.known_signatures]]
+        return [Finding(s, by_id.get(s.id)) for s in [*self.new_signatures, *self.known_signatures]]
 
     @property
     def new_signatures(self) -> list[Signature]:
@@ -240,8 +241,7 @@ class Report:
                 "exposures": [exposure_dict(p) for p in self.patterns],
                 "exposure_totals": t.exposures(),
                 "exit_paths": self.exit_paths.as_dict() if self.exit_paths else None,
-                "healthy_windows": self.healthy_windows,
-                "telemetry": telemetry_summary(self.data),
+                "healthy_windows": self.healthy_windows, "telemetry": telemetry_summary(self.data),
                 "busy_idle": [b.as_dict() for b in self.busy_idle or []]}
 
     @property

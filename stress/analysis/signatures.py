@@ -42,7 +42,9 @@ from stress.analysis.stacks import (
 )
 from stress.analysis.stats import Rate
 from stress.keys import blank_numbers, message_key
+from stress.programs import dtypes
 
+PROGRAMS_SHOWN: int = 4  # programs a miscompare's finding names, most frequent first
 TESTS_IN_KEY: int = 3  # failing test ids in a `failed` key (sorted): more only say "..."
 CHILD: str = "child "  # a child's crash without frames: the process's name
 TEARDOWN: str = "teardown"
@@ -195,6 +197,14 @@ class Signature:
         if self.key.step != TEARDOWN:
             return self.key.step or "?"
         return f"{TEARDOWN} (" + ", ".join(f"{k} {v}" for k, v in self.steps.most_common()) + ")"
+
+    def programs_text(self, top: int = PROGRAMS_SHOWN) -> str:
+        """The programs of its failures, most first, each with its dtype and count
+        (`binary.pow.f16.2x16x64x64+1x16x1x1 (f16) 22`): what a miscompare's user reruns."""
+        shown = [f"{name}{f' ({dt})' if (dt := dtypes.in_name(name)) else ''} {n:,}"
+                 for name, n in self.programs.most_common(top)]
+        more = len(self.programs) - len(shown)
+        return ", ".join(shown) + (f" and {more} more" if more > 0 else "") or "?"
 
     def others_share(self) -> dict[str, float]:
         """Share of this signature's failure rows during which another thread had each step

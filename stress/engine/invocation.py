@@ -60,12 +60,14 @@ class FailureNote:
     steps: list[dict[str, Any]] = field(default_factory=list)
     in_flight: list[str] = field(default_factory=list)
     native_tid: int = 0
+    evidence: dict[str, Any] | None = None  # a miscompare's (stress.engine.mismatch)
 
     def as_dict(self) -> dict[str, Any]:
         return {"class": self.cls, "step": self.step, "message": self.message[:2000],
                 "invocation": self.invocation, "device": self.device,
                 "steps": self.steps, "in_flight": self.in_flight,
-                "native_tid": self.native_tid}
+                "native_tid": self.native_tid,
+                **({"evidence": self.evidence} if self.evidence else {})}
 
     def key(self) -> str:
         return f"{self.cls}|{self.step}|{message_key(self.message)}"
@@ -337,7 +339,7 @@ class Expectation:
                  numerics: Numerics = Numerics.REFERENCE):
         from stress.programs import reference
 
-        self.program = program
+        self.program, self.seed, self.inputs = program, seed, inputs
         self.off = numerics is Numerics.OFF
         self.dtypes = [a.dtype for a in program.results] or \
             [a.dtype for a in program.args if a.role is Role.OUTPUT]
@@ -348,20 +350,23 @@ class Expectation:
         self.golden: list[bytes] | None = None
         self._lock = threading.Lock()
 
-    def check(self, outs: list[HostArray]) -> tuple[bool, bool, str]:
-        """(ok, bit_identical_to_golden, message). Fast path: a byte compare with the golden."""
+    def check(self, outs: list[HostArray]) -> tuple[bool, bool, str, dict[str, Any] | None]:
+        """(ok, bit_identical_to_golden, message, evidence of a miscompare: `mismatch`'s, the
+        first time this process sees the program miscompare). Fast path: a byte compare
+        with the golden."""
         if self.off:
-            return True, True, ""
+            return True, True, "", None
         golden = self.golden
         if golden is not None and len(golden) == len(outs):
             if len(outs) == 1:
                 if outs[0].tobytes() == golden[0]:
-                    return True, True, ""
+                    return True, True, "", None
             elif all(o.tobytes() == g for o, g in zip(outs, golden, strict=True)):
-                return True, True, ""
+                return True, True, "", None
         return self._slow_check(outs)
 
-    def _slow_check(self, outs: list[HostArray]) -> tuple[bool, bool, str]:
+    def _slow_check(self, outs: list[HostArray]) -> tuple[bool, bool, str,
+                                                          dict[str, Any] | None]:
         from stress.programs import reference
 
         golden = self.golden
@@ -369,18 +374,40 @@ class Expectation:
             for i, (o, e) in enumerate(zip(outs, self.expected, strict=False)):
                 if not reference.matches(self.dtypes[i], o, e):
                     err = reference.max_error(self.dtypes[i], o, e)
-                    return False, False, f"output {i} differs from the numpy reference " \
-                                         f"(max abs error {err:.3g})"
+                    return self._miscompare(i, o, e, f"output {i} differs from the numpy "
+                                                     f"reference (max abs error {err:.3g})")
         elif golden is not None:
             for i, (o, g) in enumerate(zip(outs, golden, strict=False)):
                 ref = np.frombuffer(g, dtype=o.dtype).reshape(o.shape)
                 if not reference.matches(self.dtypes[i], o, ref):
-                    return False, False, f"output {i} differs from the first result of this job"
+                    dt = dtypes.get(self.dtypes[i])
+                    first = dt.decode(ref) if dt.is_float else ref
+                    return self._miscompare(i, o, first, f"output {i} differs from the first "
+                                                         "result of this job")
         with self._lock:
             if self.golden is None:
                 self.golden = [o.tobytes() for o in outs]
-                return True, True, ""
-        return True, False, ""
+                return True, True, "", None
+        return True, False, "", None
+
+    def _miscompare(self, i: int, actual: HostArray, expected: HostArray, head: str
+                    ) -> tuple[bool, bool, str, dict[str, Any] | None]:
+        """The failed check: its first line (what signatures group on, as before), a second
+        naming the program, dtype, tolerance and first differing element, and the evidence
+        for the failure's folder (once per program and process: the folder needs one)."""
+        from stress.engine import mismatch
+
+        dt = dtypes.get(self.dtypes[i])
+        ev = mismatch.evidence(self.program, self.seed, self.inputs, i, self.dtypes[i], actual,
+                               expected, dt.rtol, dt.atol)
+        with _EVIDENCED_LOCK:
+            first = self.program.name not in _EVIDENCED
+            _EVIDENCED.add(self.program.name)
+        return False, False, f"{head}\n{mismatch.detail(ev)}", ev if first else None
+
+
+_EVIDENCED: set[str] = set()  # programs whose miscompare evidence this process sent
+_EVIDENCED_LOCK = threading.Lock()
 
 
 def _corrupt(out: HostArray) -> None:
@@ -408,11 +435,12 @@ def timed_call(lp: LoadedProgram, inputs: list[HostArray], writer: SlotWriter, d
     corrupted_at = corrupt_pending.pop(writer.slot, None) if corrupt_pending else None
     if corrupted_at is not None and outs and outs[0].size:
         _corrupt(outs[0])
-    ok, identical, message = expect.check(outs)  # numpy only: not journaled as a HAL step
+    ok, identical, message, ev = expect.check(outs)  # numpy only: not a journaled HAL step
     if ok:
         result.ok += 1
         result.nondeterministic += not identical
     else:
         result.miscompare += 1
         step = corrupted_at or Step.CHECK.label  # an injected corruption names its step
-        result.note(FailureNote("miscompare", step, message, index, device_id), writer)
+        result.note(FailureNote("miscompare", step, message, index, device_id, evidence=ev),
+                    writer)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stress.engine import evidence, postmortem
+from stress.engine import evidence, mismatch, postmortem
 from stress.engine.attribution import Attribution
 from stress.engine.config import SoakConfig
 from stress.engine.jobs import Job
@@ -27,7 +27,10 @@ from stress.engine.workermanage import WorkerHandle
 from stress.fs import atomic_write
 from stress.vocab import FailureClass, signal_name
 
-MAX_FAILURE_FOLDERS: int = 200  # crash/hang folders per run; errors and miscompares take none
+MAX_FAILURE_FOLDERS: int = 200  # crash/hang folders per run; errors take none
+MAX_MISCOMPARE_FOLDERS: int = 50  # miscompare folders per run, one per program at most: its
+#   inputs, expected and actual results (a wrong program is wrong the same way every time;
+#   the counts carry the rest)
 _CRASH_READERS: int = 2  # post-mortem stack readers at once: gdb is CPU-bound; more would
 #   slow the workers under test more than it speeds up the evidence
 _CORE_SAMPLE_EVERY: int = 8  # once every crash mode has its evidence, one new process in
@@ -93,6 +96,7 @@ class Recorder:
         self.cfg, self.run_id, self.run_dir = config, run_id, run_dir
         self.store, self.tally, self.progress, self.python = store, tally, progress, python
         self.folders = 0  # evidence folders written (crashes and hangs only)
+        self.miscompared: set[str] = set()  # programs whose miscompare has a folder
         self.evidence_seen: Counter[str] = Counter()  # cored crashes per mode (the budget)
         self.core_launches = 0  # processes started once every mode had its evidence
         self.pending: list[PendingCrash] = []  # stacks still being read
@@ -135,9 +139,29 @@ class Recorder:
             attr = Attribution("worker-report", last_step=note["step"],
                                in_flight=note.get("in_flight", []), steps=note.get("steps", []),
                                native_tid=note.get("native_tid", 0))
+            folder = self._miscompare_folder(h, job, attr, note)
             self.record(FailureClass(note["class"]), h, job, None, attr, note["message"],
-                        folder=None, count=False)
+                        folder=folder, count=False)
         return failed
+
+    def _miscompare_folder(self, h: WorkerHandle, job: Job, attr: Attribution,
+                           note: dict[str, Any]) -> Path | None:
+        """The folder of a program's first miscompare that came with its evidence: inputs,
+        expected, actual, tolerance (mismatch.write), the job and its repro.sh."""
+        ev = note.get("evidence")
+        if not isinstance(ev, dict) or job.program in self.miscompared or \
+                len(self.miscompared) >= MAX_MISCOMPARE_FOLDERS:
+            return None
+        self.miscompared.add(job.program)
+        folder = self.run_dir / "failures" / \
+            f"m{len(self.miscompared):03d}-miscompare-{job.program}"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.write_evidence(folder, h, job, attr, {"failure.json": json.dumps(
+            {"class": FailureClass.MISCOMPARE.value, "last_step": note["step"],
+             "message": note["message"], "program": job.program, "pattern": job.pattern,
+             "seed": job.seed, "invocation": note.get("invocation")}, indent=1)})
+        mismatch.write(folder, ev)
+        return folder
 
     def new_folder(self, cls: FailureClass, name: str) -> Path | None:
         """A fresh evidence folder, or None past the cap (the failure is still recorded)."""

@@ -123,6 +123,7 @@ class RunFiles:
                 "library_hashes": library_hashes(facts.get("stack_libraries") or []),
                 "devices_used": self.devices,
                 **hip_library_identity(facts),
+                "vulkan_icds": facts.get("vulkan_icds"),
                 "telemetry": telemetry_note or None,
                 "driver_error": facts.get("driver_error"),
                 "worker_python": facts.get("python"), "worker_executable": self.python,

@@ -398,6 +398,16 @@ def readers_for(backend: str, only: Sequence[str] | None = None) -> list[Telemet
     return [r for r in readers if only is None or r.name in only]
 
 
+def none_usable(backend: str, only: Sequence[str] | None = None) -> str:
+    """One line when `backend` has readers but none of their tools is here; "" when one is,
+    or for a backend without telemetry (cpu, vulkan). Cheap: no driver call."""
+    readers = readers_for(backend, only)
+    if not readers or any(r.available() for r in readers):
+        return ""
+    return (f"none: no {backend} telemetry tool here ({', '.join(r.name for r in readers)}), "
+            "so no GPU time line or snapshots")
+
+
 def read_first(backend: str, progress: Callable[[str], None] | None = None,
                only: Sequence[str] | None = None) -> dict[str, Any]:
     """In *this* process, unbounded: the first available reader that reads, as
@@ -437,6 +447,10 @@ def snapshot(backend: str, timeout_s: float = SNAPSHOT_TIMEOUT_S,
     snap: dict[str, Any] = {"time": time.time(), "backend": backend}
     if not readers_for(backend, only):
         snap["note"] = f"no GPU telemetry for {backend}"
+        return snap
+    missing = none_usable(backend, only)
+    if missing:  # no child to start: no tool would answer it
+        snap.update({"source": None, "note": missing})
         return snap
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])

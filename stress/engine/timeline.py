@@ -178,6 +178,10 @@ class RunTimeline:
         """Starts the sampler child; True when one runs (the manifest then says so)."""
         if self.store is None:
             return False
+        missing = telemetry.none_usable(backend_of(self.driver))
+        if missing:  # said once, in the manifest and the header: not a row of errors a second
+            self.note = missing
+            return False
         try:
             self.sampler = start(self.driver, self.period_s)
         except OSError as exc:

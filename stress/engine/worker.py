@@ -89,6 +89,7 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
         facts["numpy_path"] = str(Path(np.__file__).parent)
     except ImportError:
         facts["iree_runtime"] = "?"
+    stack_early: list[str] = []  # (the HIP library is unmapped once the driver is gone)
     try:
         from iree.runtime import _binding
 
@@ -103,6 +104,14 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
         #   no trace of it in the maps read below
         facts["driver_libraries"] = _gpu_libraries()
         writer.end(Step.DRIVER_CREATE)
+        # IREE's HIP and Vulkan drivers unload their library at driver destroy, and the Vulkan
+        #   loader maps its ICDs only while a device lives: read them while they are mapped
+        _MAPPED_EARLIER.update(facts["driver_libraries"])
+        stack_early = stack_libraries()
+        if devices and driver_name in _LIBRARIES_WITH_A_DEVICE:
+            _with_a_device(drv, writer)
+        if _vulkan_icd_libraries():
+            facts["vulkan_icds"] = sorted(_vulkan_icd_libraries())
         writer.begin(Step.DRIVER_RELEASE)
         del drv
         writer.end(Step.DRIVER_RELEASE)
@@ -110,7 +119,7 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
         writer.fail(Step.DRIVER_CREATE)
         facts["driver_error"] = str(exc)
     facts["loaded_gpu_libraries"] = _gpu_libraries()
-    facts["stack_libraries"] = stack_libraries()
+    facts["stack_libraries"] = sorted(set(stack_libraries()) | set(stack_early))
     return facts
 
 
@@ -136,18 +145,73 @@ def stack_libraries() -> list[str]:
 
 def _gpu_libraries() -> list[str]:
     """Which HIP/CUDA/HSA libraries this process mapped (which ROCm did we really load?)."""
-    keys = ("amdhip", "hsa-runtime", "libcuda", "libnvrtc", "libvulkan", "rocm", "therock")
-    found: set[str] = set()
+    # and Vulkan's: the loader, and an ICD by the name its manifest gives (NVIDIA's is
+    #   libGLX_nvidia); with those read while a driver or a device lived (_MAPPED_EARLIER)
+    icds = {Path(i).name for i in _vulkan_icd_libraries()}
+    found: set[str] = set(_MAPPED_EARLIER)
     try:
         with open(f"/proc/{os.getpid()}/maps") as f:
             for line in f:
-                path = line.rsplit(None, 1)[-1] if "/" in line else ""
+                path = line.rsplit(None, 1)[-1].strip() if "/" in line else ""
                 # shared libraries only: a run folder named for rocm maps its journal too
-                if ".so" in os.path.basename(path) and any(k in path.lower() for k in keys):
-                    found.add(path.strip())
+                if ".so" not in os.path.basename(path):
+                    continue
+                if any(k in path.lower() for k in _GPU_LIBRARY_KEYS) or Path(path).name in icds:
+                    found.add(path)
     except OSError:
         pass
     return sorted(found)
+
+
+# drivers whose API library loads more only when a device is made: the Vulkan loader maps the
+#   ICDs (lavapipe's libvulkan_lvp.so, a GPU vendor's) at device creation and unmaps them at
+#   its release, so a driver that only listed its devices shows the loader alone
+_LIBRARIES_WITH_A_DEVICE: frozenset[str] = frozenset({"vulkan"})
+_GPU_LIBRARY_KEYS: tuple[str, ...] = ("amdhip", "hsa-runtime", "libcuda", "libnvrtc",
+                                      "libvulkan", "rocm", "therock")
+_MAPPED_EARLIER: set[str] = set()  # GPU libraries read while the driver or a device lived
+# where the Vulkan loader looks for ICD manifests (its documented defaults, after the
+#   variables that replace or extend them)
+_ICD_ENV: tuple[str, ...] = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES")
+_ICD_DIRS: tuple[str, ...] = ("/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d",
+                              "/usr/share/vulkan/icd.d")
+
+
+def _with_a_device(drv: Any, writer: SlotWriter) -> None:
+    """Reads the GPU libraries mapped while one device of `drv` lives (made and released as
+    the jobs' devices are, journaled so that a stall or crash in it is a finding)."""
+    try:
+        writer.begin(Step.DEVICE_CREATE)
+        device = drv.create_default_device()
+    except Exception:  # the jobs' own device creation will fail and say why
+        writer.fail(Step.DEVICE_CREATE)
+        return
+    writer.end(Step.DEVICE_CREATE)
+    _MAPPED_EARLIER.update(_gpu_libraries())
+    writer.begin(Step.DEVICE_RELEASE)
+    del device
+    writer.end(Step.DEVICE_RELEASE)
+
+
+def _vulkan_icd_libraries() -> set[str]:
+    """The libraries the installed Vulkan ICD manifests name (`ICD.library_path`), as written
+    there: a bare name or a path."""
+    files: list[Path] = []
+    for var in _ICD_ENV:
+        for part in os.environ.get(var, "").split(os.pathsep):
+            if part:
+                files += sorted(Path(part).glob("*.json")) if Path(part).is_dir() else [Path(part)]
+    for folder in _ICD_DIRS:
+        files += sorted(Path(folder).glob("*.json"))
+    out: set[str] = set()
+    for f in files:
+        try:
+            lib = json.loads(f.read_text()).get("ICD", {}).get("library_path")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(lib, str) and lib:
+            out.add(lib)
+    return out
 
 
 class Artifacts(dict[str, bytes]):

@@ -61,3 +61,9 @@ TORCH_DTYPES: dict[str, str] = {"f32": "f32", "f16": "f16", "bf16": "bf16", "si3
 
 def get(name: str) -> DType:
     return DTYPES[name]
+
+
+def in_name(program: str) -> str:
+    """The element type a corpus program's name carries (`binary.pow.f16.2x16...` -> f16);
+    "" for a name without one (a user's program)."""
+    return next((part for part in program.split(".")[1:] if part in DTYPES), "")

@@ -119,3 +119,28 @@ def test_the_cuda_known_file_in_docs_names_both_h200_errors() -> None:
         sig = Signature(SignatureKey("error", None, step, "", (), message_key(message)),
                         rows=[{"message": message}])
         assert k.lookup_signature(sig) is not None, step
+
+
+def test_the_vulkan_known_file_names_narrow_type_miscompares_and_never_a_32_bit_one() -> None:
+    """issue 37: IREE's default Vulkan target miscompiles f16, bf16 and i8 programs; the known
+    file says so for signatures of those programs only (by `programs`), so an f32 program's
+    wrong answer stays new even in the same signature."""
+    from collections import Counter
+
+    from stress.analysis.signatures import Signature, SignatureKey
+
+    k = known.load(Path(__file__).resolve().parents[2] / "docs" / "known" /
+                   "vulkan-default-target.toml")
+    key = SignatureKey("miscompare", None, "check", "", (),
+                       "output # differs from the numpy reference (max abs error #)")
+    narrow = Signature(key, programs=Counter({"unary.neg.i8.64x64": 3,
+                                              "binary.pow.f16.2x16x64x64+1x16x1x1": 2,
+                                              "unary.sin.bf16.64x64": 1}))
+    assert k.lookup_signature(narrow) is not None
+    with_f32 = Signature(key, programs=Counter({"unary.neg.i8.64x64": 3,
+                                                "unary.exp.f32.64x64": 1}))
+    assert k.lookup_signature(with_f32) is None
+    assert k.lookup_signature(Signature(key)) is None  # no program known: not claimed
+    crash = Signature(SignatureKey("crash", "SIGSEGV", "invoke", "", ("f",), ""),
+                      programs=Counter({"unary.neg.i8.64x64": 1}))
+    assert k.lookup_signature(crash) is None

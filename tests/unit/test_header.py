@@ -172,3 +172,16 @@ def test_version_names_the_runtime_and_the_compiler_a_soak_here_would_use() -> N
     # both are dependencies of the package: here each must name its version and build
     assert re.match(r"runtime: \d+\.\d+\S* \(IREE \w+\) from \S*_runtime_libs", lines[1]), lines
     assert re.match(r"compiler: \d+\.\d+\S* @ \w+ \(\S*iree-compile\)", lines[2]), lines
+
+
+def test_a_vulkan_runs_driver_line_names_the_loader_and_each_icd_it_mapped() -> None:
+    """issue 37: the Vulkan loader and the ICDs it mapped, each said as what it is (an ICD by
+    its manifest's library name, wherever the loader found it)."""
+    lib = "/usr/lib/x86_64-linux-gnu"
+    vulkan = {**CUDA, "driver": "vulkan", "device_uri": "vulkan",
+              "loaded_gpu_libraries": [f"{lib}/libvulkan.so.1.3.239", f"{lib}/libvulkan_lvp.so",
+                                       "/opt/nv/libGLX_nvidia.so.0"],
+              "vulkan_icds": [f"{lib}/libvulkan_lvp.so", "libGLX_nvidia.so.0"]}
+    assert dict(header.rows([vulkan]))["driver"] == (
+        f"vulkan, library {lib}/libvulkan.so.1.3.239 (Vulkan loader), {lib}/libvulkan_lvp.so "
+        "(Vulkan ICD), /opt/nv/libGLX_nvidia.so.0 (Vulkan ICD)")
