@@ -35,7 +35,11 @@ from stress.engine.recorder import (
     spend,
 )
 from stress.engine.workermanage import Judge, WorkerHandle, signal_group
+from stress.stacktext import faulthandler_top
 from stress.vocab import FailureClass, signal_name
+
+_DUMP_BYTES: int = 64 << 10  # stderr read for the head of faulthandler's report (each thread
+#   of the process adds its frames after it)
 
 EXIT_HARNESS: int = 70  # worker.EXIT_HARNESS: iree-stress's own code failed in the worker
 
@@ -287,6 +291,9 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
     facts: dict[str, Any] = {"stack_source": "pending" if crash else "none"}
     if budget is not None:
         facts["evidence_budget"] = budget
+        top = faulthandler_top(h.tail(h.stderr_path, _DUMP_BYTES)) if child is None else []
+        if top:  # known for every crash, read or only counted (signatures join by it)
+            facts["fault_top"] = top
     if h.judge is not None:
         facts.update(h.judge.facts())
     if child is not None:
