@@ -187,8 +187,9 @@ def on_exit(rec: Recorder, h: WorkerHandle, rc: int, noticed_ns: int) -> Ending:
     by on_stuck; anything else is a failure (the exit status wins over what the worker
     said). `noticed_ns`: when the session saw the exit."""
     if h.killed_by_us:
-        if h.cwd is not None:
-            postmortem.discard_core(h.pid, h.cwd)  # our SIGKILL leaves no core; SIGABRT might
+        if h.cwd is not None:  # our SIGKILL leaves no core; SIGABRT might
+            postmortem.discard_core(h.pid, h.cwd, h.judge.group.dest if h.judge is not None
+                                    and h.judge.group is not None else None)
         if h.judge is not None and h.judge.group is not None:
             h.judge.group.discard()  # a hang's group: its processes' cores are not its evidence
         return Ending()
@@ -245,6 +246,8 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
         sig = child.signal if child is not None else sig
     # the core to read: the process's own, or the crashed child's (moved into the run folder)
     core_pid, core_dir, core_exe = h.pid, h.cwd, h.judge.exe if h.judge else rec.python
+    shared = group.dest if group is not None and child is None else None  # copies share a
+    #   cwd: the command's core is claimed out of it before it is trusted (issue 36)
     if child is not None:
         core_pid, core_exe = child.pid or 0, child.exe or child.name
         core_dir = child.core_path.parent if child.core_path else group.dest \
@@ -269,14 +272,14 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
         group.discard(keep=keep)  # every core of its group but the one read (never left)
     if sig is not None and core_dir is not None and (rec.folders >= MAX_FAILURE_FOLDERS or
                                                      not full):
-        postmortem.discard_core(core_pid, core_dir)  # no folder to put its stacks in, or counted
+        postmortem.discard_core(core_pid, core_dir, shared)  # no folder for its stacks, or counted
     elif sig is not None and core_dir is not None:  # native stacks post mortem (core + gdb, ...)
         reader = h.journal()
         tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
         tids += child.tids if child is not None else []
         pending_tids = tids
         crash = rec.read_crash(core_pid, core_exe, core_dir, stderr if child is None else "",
-                               since_wall=h.started_wall, tids=tids)
+                               since_wall=h.started_wall, tids=tids, claim_dir=shared)
     folder = rec.new_folder(cls, h.name) if full else None
     what = f"killed by {sig}" if sig and child is None else f"exited with status {rc}"
     if rc == 0:

@@ -21,16 +21,17 @@ import os
 import resource
 import shutil
 import signal
-import struct
 import sys
+import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from stress.engine import kernellog, procstate
 from stress.engine.callstacks import Stacks, StackSource, find_gdb, find_pyspy
+from stress.engine.corenotes import CoreNotes as CoreNotes  # (re-exported: its readers)
+from stress.engine.corenotes import read_core_notes as read_core_notes
+from stress.fs import new_file_mode
 from stress.stacktext import (
     faulthandler_text,
     kernel_fault_lines,
@@ -166,100 +167,6 @@ def core_globs(pattern: str, pid: int, cwd: Path, *, uses_pid: bool = False) -> 
     return out
 
 
-@dataclass
-class CoreNotes:
-    """From a core's ELF notes: the process id, the thread that took the signal (the kernel
-    writes its NT_PRSTATUS first), that signal, and every thread id; from its NT_PRPSINFO the
-    process's session and group (which exec job's group it belonged to), its name (`comm`,
-    15 characters) and the start of its arguments; from NT_FILE the files it had mapped (the
-    executable among them: `executable`)."""
-
-    pid: int
-    crashed_tid: int
-    signal: int
-    tids: list[int]
-    sid: int | None = None
-    pgrp: int | None = None
-    name: str = ""
-    args: str = ""
-    files: list[str] = field(default_factory=list)
-
-    def executable(self) -> str | None:
-        """The mapped file whose name the process bears (its comm is the executable's
-        basename cut to 15 characters), else the first one mapped (the kernel lists mappings
-        by address; an executable's own lie below its libraries')."""
-        named = [f for f in self.files if self.name and
-                 os.path.basename(f)[:15] == self.name[:15]]
-        return named[0] if named else self.files[0] if self.files else None
-
-
-_NT_PRSTATUS, _NT_PRPSINFO, _NT_FILE = 1, 3, 0x46494C45
-_PT_NOTE = 4
-
-
-def read_core_notes(path: Path) -> CoreNotes | None:
-    """Parse a 64-bit little-endian ELF core's PT_NOTE segment (x86-64 and aarch64 share the
-    prstatus/prpsinfo layout used here); None for anything else or a damaged file."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-                return None
-            if struct.unpack_from("<H", head, 16)[0] != 4:  # ET_CORE
-                return None
-            phoff = struct.unpack_from("<Q", head, 0x20)[0]
-            phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-            for i in range(phnum):
-                p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", table,
-                                                                         i * phentsize)
-                if p_type == _PT_NOTE:
-                    f.seek(p_offset)
-                    return _parse_notes(f.read(min(p_filesz, 64 << 20)))
-    except (OSError, struct.error):
-        return None
-    return None
-
-
-def _parse_notes(data: bytes) -> CoreNotes | None:
-    pid: int | None = None
-    tids: list[int] = []
-    sig, p = 0, 0
-    extra: dict[str, Any] = {}
-    while p + 12 <= len(data):
-        namesz, descsz, ntype = struct.unpack_from("<III", data, p)
-        desc = p + 12 + ((namesz + 3) & ~3)
-        if ntype == _NT_PRSTATUS and descsz >= 36:
-            if not tids:
-                sig = struct.unpack_from("<h", data, desc + 12)[0]  # pr_cursig
-            tids.append(struct.unpack_from("<i", data, desc + 32)[0])  # pr_pid
-        elif ntype == _NT_PRPSINFO and descsz >= 28:
-            pid = struct.unpack_from("<i", data, desc + 24)[0]  # pr_pid
-            if descsz >= 136 and desc + 136 <= len(data):  # pr_pgrp, pr_sid, fname, psargs
-                extra["pgrp"], extra["sid"] = struct.unpack_from("<ii", data, desc + 32)
-                extra["name"] = _cstr(data[desc + 40:desc + 56])
-                extra["args"] = _cstr(data[desc + 56:desc + 136]).strip()
-        elif ntype == _NT_FILE and descsz >= 16:
-            extra["files"] = _mapped_files(data[desc:desc + descsz])
-        p = desc + ((descsz + 3) & ~3)
-    if not tids:
-        return None
-    return CoreNotes(pid if pid is not None else tids[0], tids[0], sig, tids, **extra)
-
-
-def _cstr(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode(errors="replace")
-
-
-def _mapped_files(desc: bytes) -> list[str]:
-    """NT_FILE: count, page size, count x (start, end, offset), then count names; each
-    file once, in the order of its first mapping."""
-    count = struct.unpack_from("<Q", desc, 0)[0]
-    names = desc[16 + 24 * count:].split(b"\0")[:count]
-    return list(dict.fromkeys(n.decode(errors="replace") for n in names if n))
-
-
 def _coredumpctl(pid: int, dest: Path, budget_s: float) -> tuple[Path | None, str]:
     tool = shutil.which("coredumpctl")
     if tool is None:
@@ -276,18 +183,109 @@ def _coredumpctl(pid: int, dest: Path, budget_s: float) -> tuple[Path | None, st
         time.sleep(0.2)
 
 
-def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S
+_CLAIMING: str = ".claiming-"  # a core being claimed: renamed, its notes not read yet
+_CLAIM_WAIT_S: float = 1.0  # another reader's claim in flight (two renames and a notes read:
+#   milliseconds; a loaded box may stall it for a while)
+
+
+def claim(path: Path, dest: Path) -> tuple[Path, CoreNotes] | None:
+    """Takes core `path` out of a folder that several processes dump into: renamed (atomic,
+    same filesystem) into `dest`, its notes read *after* the move, then named by its own
+    pid, `dest/core.PID`. What was moved is what is read: where core_pattern names no pid the
+    kernel unlinks `core` and writes another process's in its place at any moment, so notes
+    read before a move prove nothing (issue 36). None when `path` is gone, not a core (yet),
+    or on another filesystem (left where it is)."""
+    if read_core_notes(path) is None:
+        return None
+    tmp = dest / f"{_CLAIMING}{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        os.rename(path, tmp)
+    except OSError:
+        return None
+    notes = read_core_notes(tmp)
+    if notes is None:  # replaced by a core whose notes are not written yet: back it goes
+        try:
+            os.link(tmp, path)  # (never over a newer one)
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return None
+    target = dest / f"core.{notes.pid}"
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        return None
+    try:  # the kernel writes cores 0600: evidence must be as readable as the rest of the run
+        os.chmod(target, new_file_mode())
+    except OSError:
+        pass
+    return target, notes
+
+
+def claimed(pid: int, dest: Path, wait_s: float = 0.0) -> tuple[Path, CoreNotes] | None:
+    """The core of `pid` that a claim (`claim`, by any reader) put into `dest`; `wait_s`:
+    how long to wait for claims in flight to finish."""
+    deadline = time.monotonic() + wait_s
+    while wait_s > 0 and time.monotonic() < deadline and \
+            any(p.name.startswith(_CLAIMING) for p in listdir(dest)):
+        time.sleep(0.05)
+    path = dest / f"core.{pid}"
+    notes = read_core_notes(path)
+    return (path, notes) if notes is not None and notes.pid == pid else None
+
+
+def listdir(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:
+        return []
+
+
+def pattern_collides(pattern: str, uses_pid: bool) -> bool:
+    """Whether core_pattern makes processes that share a working directory write one file
+    (`core`, no %p, core_uses_pid off): their cores replace each other. Pure."""
+    return not pattern.startswith("|") and "%p" not in pattern and not uses_pid
+
+
+def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S,
+              claim_dir: Path | None = None, since_wall: float | None = None
               ) -> tuple[Path | None, CoreNotes | None, str]:
     """The core of dead process `pid` whose cwd was `cwd`, its notes, and a note when none was
     found. Only a core whose notes name `pid` is taken (a stale `core` from another process is
-    left alone). A `|systemd-coredump` pattern is asked through coredumpctl (bounded); other
-    pipe handlers (apport, ...) keep cores where this tool cannot reach them."""
+    left alone). `claim_dir`: `cwd` is shared with other processes that may crash (copies of
+    one command): every core found there is claimed into it (`claim`) before its notes are
+    trusted, another pid's is left there for its own reader, and when no core of `pid` is
+    left but another process dumped into the same place after `since_wall`, the note says
+    the core was overwritten. A `|systemd-coredump` pattern is asked through coredumpctl
+    (bounded); other pipe handlers (apport, ...) keep cores where this tool cannot reach
+    them."""
     pattern, uses_pid = read_core_pattern()
+    rivals: list[int] = []
+    if claim_dir is not None:
+        got = claimed(pid, claim_dir)
+        if got is not None:
+            return got[0], got[1], ""
     for g in core_globs(pattern, pid, cwd, uses_pid=uses_pid):
         for hit in sorted(glob.glob(g), key=lambda p: -_mtime(p)):
+            if claim_dir is not None:
+                got = claim(Path(hit), claim_dir)
+                if got is not None and got[1].pid == pid:
+                    return got[0], got[1], ""
+                rivals += [got[1].pid] if got is not None else []
+                continue
             notes = read_core_notes(Path(hit))
             if notes is not None and notes.pid == pid:
                 return Path(hit), notes, ""
+    if claim_dir is not None:
+        got = claimed(pid, claim_dir, _CLAIM_WAIT_S)  # taken by another reader meanwhile
+        if got is not None:
+            return got[0], got[1], ""
+        rivals += _dumped_since(claim_dir, pid, since_wall)
+        if rivals and pattern_collides(pattern, uses_pid):
+            return None, None, (f"core overwritten by another process: no core of {pid} is "
+                                f"left, pid {rivals[0]} dumped its core into the same folder "
+                                f"after {pid} started (core_pattern {pattern!r} names no pid)")
     if pattern.startswith("|"):
         if "systemd-coredump" in pattern:
             core, why = _coredumpctl(pid, cwd, budget_s)
@@ -299,10 +297,33 @@ def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S
                         "a full disk or an unwritable cwd prevent one)")
 
 
-def discard_core(pid: int, cwd: Path) -> Path | None:
+def _dumped_since(dest: Path, pid: int, since_wall: float | None) -> list[int]:
+    """Pids of other processes whose claimed cores in `dest` were written after
+    `since_wall`."""
+    if since_wall is None:
+        return []
+    out = []
+    for p in listdir(dest):
+        head, _, tail = p.name.partition(".")
+        if head == "core" and tail.isdigit() and int(tail) != pid and _mtime(str(p)) >= since_wall:
+            out.append(int(tail))
+    return out
+
+
+def discard_core(pid: int, cwd: Path, claim_dir: Path | None = None) -> Path | None:
     """Delete the core of dead process `pid` without reading it (past the evidence-folder
     cap, or a worker that died while being killed): its path, or None when there was none.
-    Never waits for a pipe handler; never touches another process's core."""
+    Never waits for a pipe handler; never touches another process's core (`claim_dir`: a
+    shared `cwd`, see `find_core`)."""
+    if claim_dir is not None:
+        core, _, _ = find_core(pid, cwd, 0.0, claim_dir)
+        if core is None:
+            return None
+        try:
+            os.unlink(core)
+        except OSError:
+            return None
+        return core
     pattern, uses_pid = read_core_pattern()
     for g in core_globs(pattern, pid, cwd, uses_pid=uses_pid):
         for hit in glob.glob(g):
@@ -351,7 +372,8 @@ def pystack_available() -> bool:
 
 def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
                   timeout_s: float = NATIVE_STACKS_TIMEOUT_S, *, keep: bool = False,
-                  since_wall: float | None = None, tids: Collection[int] = ()) -> Stacks:
+                  since_wall: float | None = None, tids: Collection[int] = (),
+                  claim_dir: Path | None = None) -> Stacks:
     """Every thread's stack of process `pid`, dead by a signal, whose executable was `exe`
     (the worker's sys.executable) and whose cwd was `core_dir`. Paths, first that works:
 
@@ -376,7 +398,8 @@ def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
     def left() -> float:
         return max(_MIN_TOOL_S, t_end - time.monotonic())
 
-    core, notes, why = find_core(pid, core_dir, min(_PIPE_CORE_WAIT_S, timeout_s / 3))
+    core, notes, why = find_core(pid, core_dir, min(_PIPE_CORE_WAIT_S, timeout_s / 3),
+                                 claim_dir, since_wall)
     if why:
         notes_text.append(why)
     crashed = notes.crashed_tid if notes else None
