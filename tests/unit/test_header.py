@@ -146,3 +146,19 @@ def test_version_names_the_runtime_and_the_compiler_a_soak_here_would_use() -> N
     # both are dependencies of the package: here each must name its version and build
     assert re.match(r"runtime: \d+\.\d+\S* \(IREE \w+\) from \S*_runtime_libs", lines[1]), lines
     assert re.match(r"compiler: \d+\.\d+\S* @ \w+ \(\S*iree-compile\)", lines[2]), lines
+
+
+def test_copies_sharing_a_folder_under_a_pattern_without_pid_are_told_what_helps() -> None:
+    """Issue 36 item 3: with core_pattern `core` several copies in one folder write one core
+    file; the header says so and offers what keeps them apart."""
+    def lines(pattern: list[Any], workers: int, engine: str = "exec") -> dict[str, str]:
+        return dict(header.rows([{"core_pattern": pattern, "config": {
+            "engine": engine, "workers": workers, "exec_cwd": "/home/u/suite"}}]))
+
+    text = lines(["core", False], 2)["cores"]
+    assert "names no pid" in text and "2 copies run in /home/u/suite" in text
+    assert "copy{gpu}" in text and "core_uses_pid" in text
+    for quiet in (lines(["core", False], 1), lines(["core.%p", False], 2),
+                  lines(["core", True], 2), lines(["|/usr/lib/systemd-coredump %P", False], 2),
+                  lines(["core", False], 2, "python")):
+        assert "cores" not in quiet
