@@ -11,12 +11,15 @@ interpreter loop, our Python harness), everything above a signal handler frame
 the TOP_FRAMES taken. Frames enter the key without addresses, lines or library versions. Errors
 and miscompares have no stacks: their key is class, step and the message with numbers blanked.
 A crash or hang of an exec job (the user's own command) without native frames keys on the last
-lines of its output instead (the evidence's `output_key`, kept by the exec engine), so two
-commands that die after different assertions are two modes, not one "crash at run". An exec job
-whose crash is a process of its group killed by a signal (`child_crash`: a compiler the test
-ran) keys on that process's frames like any crash, whichever test ran it; without frames, on
-the process's name. A `failed` exec job (its tests failed) keys on the failing test ids its
-runner printed (`tests`), else on its last output lines.
+lines of its output instead (the evidence's `output_key`, kept by the exec engine; for a Python
+process that crashed, the top of its faulthandler dump), so two commands that die after
+different assertions are two modes, not one "crash at run". A crash whose native stacks were
+not read (past the evidence budget, its core lost) joins the mode read of its class, signal,
+step and process instead (joins.py): sampling decides how much is read, not the grouping.
+An exec job whose crash is a process of its group killed by a signal (`child_crash`: a
+compiler the test ran) keys on that process's frames like any crash, whichever test ran it;
+without frames, on the process's name. A `failed` exec job (its tests failed) keys on the
+failing test ids its runner printed (`tests`), else on its last output lines.
 The id is a hash of the key's text. What other threads were doing is not in the key (it would
 split one mode by accidental concurrency); correlation.py ranks it.
 """
