@@ -10,8 +10,10 @@ such signatures were read, the one whose read crashes had the same dump top, els
 most often (said as such). Socorro groups every crash report the same way, symbolized or not:
 sampling decides how much is read, never how failures are grouped.
 
-A crash with nothing read in its group keeps its own key (the top of its dump, or its last
-output lines): then there is no mode to join.
+Where no native stacks were read in its group at all (every core lost, or gdb out of time),
+the crashes keyed on faulthandler's Python frames (from their folders) stand in: a crash only
+counted with the same dump top joins them. A crash with nothing of its kind read keeps its own
+key (the top of its dump, or its last output lines): then there is no mode to join.
 """
 
 from __future__ import annotations
@@ -67,6 +69,16 @@ class Joiner:
         self.read: dict[Head, Counter[SignatureKey]] = defaultdict(Counter)
         self.tops: dict[tuple[Head, tuple[str, ...]], Counter[SignatureKey]] = \
             defaultdict(Counter)
+        self.python: dict[tuple[Head, tuple[str, ...]], Counter[SignatureKey]] = \
+            defaultdict(Counter)
+
+    def add_python(self, row: dict[str, Any], step: str | None, key: SignatureKey) -> None:
+        """An unread crash with Python frames only (faulthandler's, from its folder): where no
+        native stacks were read at all, the crashes only counted with the same dump top join
+        it rather than keep a key of their own made of the same frames."""
+        top = fault_top(row)
+        if top and key.frames:
+            self.python[(head(row, step), top)][key] += 1
 
     def add_read(self, row: dict[str, Any], step: str | None, key: SignatureKey) -> None:
         """A crash whose native frames were read and made `key`."""
@@ -82,9 +94,14 @@ class Joiner:
         read."""
         h = head(row, step)
         read = self.read.get(h)
-        if not read:
-            return None
         how = "class, signal and step" + (f" (child {h[3]})" if h[3] else "")
+        if not read:
+            python = self.python.get((h, fault_top(row))) if fault_top(row) else None
+            if not python:
+                return None
+            best = max(python, key=lambda k: (python[k], k.text()))
+            return best, (f"joined by {how} and the top of its Python dump (no native stacks "
+                          "were read in its mode)")
         by_top = self.tops.get((h, fault_top(row))) if fault_top(row) else None
         if by_top and len(by_top) == 1:
             return next(iter(by_top)), f"joined by {how} and the top of its Python dump"

@@ -311,8 +311,12 @@ def build(data: RunData) -> list[Signature]:
     for row, stack, key, unread in keyed:
         if row["class"] == "crash" and not unread:
             joiner.add_read(row, failing_step(row, stack), folds.get(key, (key, ""))[0])
+        elif unread:
+            joiner.add_python(row, failing_step(row, stack), key)
     for row, stack, key, unread in keyed:
         fold = joiner.target(row, failing_step(row, stack)) if unread else None
+        if fold is not None and fold[0] == key:
+            fold = None  # (its own mode)
         if fold is not None:
             fold = (fold[0], f"{joins.reason(row)}: {fold[1]}")
         fold = fold or folds.get(key)

@@ -375,7 +375,7 @@ class CrashEvidence:
 def collect_crash(pid: int, exe: str, core_dir: Path, stderr_text: str, *,
                   since_wall: float | None = None, tids: Collection[int] = (),
                   keep_core: bool = False,
-                  timeout_s: float = postmortem.NATIVE_STACKS_TIMEOUT_S,
+                  timeout_s: float | None = None,
                   claim_dir: Path | None = None) -> CrashEvidence:
     """Evidence of process `pid`, dead by a signal: `postmortem.native_stacks` (core + gdb,
     ...; the core deleted unless `keep_core`) and the kernel log since `since_wall` (None: the

@@ -46,6 +46,23 @@ _CORE_LIMIT_BYTES: int = 4 << 30  # measured: a Python + IREE local-task process
 #   thread's registers (the notes come first)
 NATIVE_STACKS_TIMEOUT_S: float = 30.0  # measured: gdb + py-spy read the 107 MiB core in 0.7 s
 #   here, cuda-gdb + py-spy the 901 MiB CUDA one in 9.4 s on the H200; 3x that for a loaded box
+_LOAD_SCALE_MAX: float = 4.0  # a post mortem's budget grows with the host's load, up to this
+#   factor: gdb over the 159 MiB core of a pytest process with IREE's compiler loaded took
+#   4.8 s of CPU and 28 s of wall time at a load of 8.5 per core here (issue 36's second real
+#   suite: every read timed out at 30 s, so no crash had native frames)
+
+
+def stacks_timeout_s(base: float = NATIVE_STACKS_TIMEOUT_S) -> float:
+    """The budget of one post-mortem read: `base` times the host's load per core (1-minute
+    load average over the cores; at least 1, at most _LOAD_SCALE_MAX). A soak loads its host
+    by design: a budget measured on an idle one runs out before gdb has read the symbols."""
+    try:
+        per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        per_core = 1.0
+    return base * min(_LOAD_SCALE_MAX, max(1.0, per_core))
+
+
 _PIPE_CORE_WAIT_S: float = 5.0  # a |pipe handler (systemd-coredump) stores the core after the
 #   process is gone: give it this long to appear in `coredumpctl`
 _MIN_TOOL_S: float = 1.0  # never start a tool with less than this left of the budget
@@ -371,7 +388,7 @@ def pystack_available() -> bool:
 
 
 def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
-                  timeout_s: float = NATIVE_STACKS_TIMEOUT_S, *, keep: bool = False,
+                  timeout_s: float | None = None, *, keep: bool = False,
                   since_wall: float | None = None, tids: Collection[int] = (),
                   claim_dir: Path | None = None) -> Stacks:
     """Every thread's stack of process `pid`, dead by a signal, whose executable was `exe`
@@ -392,6 +409,7 @@ def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
     read it. The whole call is bounded by about `timeout_s` (each tool is killed at the
     budget left). The core is deleted afterwards unless `keep` (then `Stacks.core` is its
     path); a core that is not this process's is never touched."""
+    timeout_s = stacks_timeout_s() if timeout_s is None else timeout_s
     t_end = time.monotonic() + timeout_s
     notes_text: list[str] = []
 

@@ -210,7 +210,7 @@ class Recorder:
                 continue
             self.pending.remove(p)
             try:
-                crash = p.future.result(timeout=postmortem.NATIVE_STACKS_TIMEOUT_S + 15)
+                crash = p.future.result(timeout=postmortem.stacks_timeout_s() + 15)
                 facts = {**p.facts, **crash.summary()}
                 files = crash.files()
             except Exception as exc:  # a tool that hung past its bound, a parser bug: say so

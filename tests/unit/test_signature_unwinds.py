@@ -238,3 +238,40 @@ def test_a_counted_crash_of_a_step_never_cored_joins_the_one_signature_of_its_gr
     sigs = signatures.build(data(rows))  # it joins one of them (issue 36), and says so
     assert len(sigs) == 2 and sum(s.count for s in sigs) == 3
     assert "the most read of 2 modes" in str(next(s for s in sigs if s.merged).merged)
+
+
+def fh_folder(tmp: Path, name: str) -> str:
+    """A failure folder whose only stack is faulthandler's (gdb ran out of time on the core)."""
+    d = tmp / name
+    d.mkdir()
+    (d / "stacks.txt").write_text("# faulthandler\n# note: gdb gave no threads\n")
+    (d / "stderr.tail").write_text(
+        "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f01 (most recent "
+        "call first):\n  File \"/u/case.py\", line 579 in _callTestMethod\n  File \"/u/case.py"
+        "\", line 623 in run\n  File \"/u/case.py\", line 678 in __call__\n")
+    (d / "failure.json").write_text(json.dumps({}))
+    return str(d)
+
+
+def test_without_any_native_stack_counted_crashes_join_the_python_stacks_of_their_dump_top(
+        tmp_path: Path) -> None:
+    """Issue 36, the IREE runtime's own suite: every core read timed out, so the crashes read
+    had faulthandler's frames only; those only counted, with the same dump top, were a second
+    mode of the same frames (10 of 15)."""
+    top = ["Fatal Python error: Segmentation fault", "_callTestMethod [case.py]", "run [case.py]"]
+    key = "crash|SIGSEGV|run|exec"
+    rows = []
+    for i in range(2):
+        r = crash_row(i, fh_folder(tmp_path, f"f{i}"))
+        r["evidence"] = {"evidence_budget": {"key": key, "full": True}, "fault_top": top}
+        rows.append(r)
+    for i in range(2, 5):
+        r = crash_row(i, "")
+        r["artifacts"] = None
+        r["evidence"] = {"evidence_budget": {"key": key, "full": False}, "fault_top": top,
+                         "output_key": top}
+        rows.append(r)
+    sigs = signatures.build(data(rows))
+    assert len(sigs) == 1 and sigs[0].count == 5, [(s.key.text(), s.count) for s in sigs]
+    assert sigs[0].frames[0] == "_callTestMethod [case.py]"
+    assert "no native stacks were read in its mode" in next(iter(sigs[0].merged))
