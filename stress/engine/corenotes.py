@@ -1,15 +1,20 @@
 """A core file's ELF notes, read without a debugger: whose process it is (NT_PRPSINFO's pid,
 session, group, name), which thread took the signal and which signal (NT_PRSTATUS), and the files
 it had mapped (NT_FILE). Cheap (the notes come first in the file): read before a core is
-trusted as a process's own (issue 36: in a shared folder, `core` is someone's until proven)."""
+trusted as a process's own (issue 36: in a shared folder, `core` is someone's until proven),
+and the move that makes a core in a shared folder one process's own (`claim`)."""
 
 from __future__ import annotations
 
 import os
 import struct
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from stress.fs import new_file_mode
 
 
 @dataclass
@@ -104,3 +109,89 @@ def _mapped_files(desc: bytes) -> list[str]:
     count = struct.unpack_from("<Q", desc, 0)[0]
     names = desc[16 + 24 * count:].split(b"\0")[:count]
     return list(dict.fromkeys(n.decode(errors="replace") for n in names if n))
+
+
+# ---- taking a core out of a shared folder ----------------------------------------------
+_CLAIMING: str = ".claiming-"  # a core being claimed: renamed, its notes not read yet
+CLAIM_WAIT_S: float = 1.0  # another reader's claim in flight (two renames and a notes read:
+#   milliseconds; a loaded box may stall it for a while)
+
+
+def claim(path: Path, dest: Path) -> tuple[Path, CoreNotes] | None:
+    """Takes core `path` out of a folder that several processes dump into: renamed (atomic,
+    same filesystem) into `dest`, its notes read *after* the move, then named by its own
+    pid, `dest/core.PID`. What was moved is what is read: where core_pattern names no pid the
+    kernel unlinks `core` and writes another process's in its place at any moment, so notes
+    read before a move prove nothing (issue 36). None when `path` is gone, not a core (yet),
+    or on another filesystem (left where it is)."""
+    if read_core_notes(path) is None:
+        return None
+    tmp = dest / f"{_CLAIMING}{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        os.rename(path, tmp)
+    except OSError:
+        return None
+    notes = read_core_notes(tmp)
+    if notes is None:  # replaced by a core whose notes are not written yet: back it goes
+        try:
+            os.link(tmp, path)  # (never over a newer one)
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return None
+    target = dest / f"core.{notes.pid}"
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        return None
+    try:  # the kernel writes cores 0600: evidence must be as readable as the rest of the run
+        os.chmod(target, new_file_mode())
+    except OSError:
+        pass
+    return target, notes
+
+
+def claimed(pid: int, dest: Path, wait_s: float = 0.0) -> tuple[Path, CoreNotes] | None:
+    """The core of `pid` that a claim (`claim`, by any reader) put into `dest`; `wait_s`:
+    how long to wait for claims in flight to finish."""
+    deadline = time.monotonic() + wait_s
+    while wait_s > 0 and time.monotonic() < deadline and \
+            any(p.name.startswith(_CLAIMING) for p in listdir(dest)):
+        time.sleep(0.05)
+    path = dest / f"core.{pid}"
+    notes = read_core_notes(path)
+    return (path, notes) if notes is not None and notes.pid == pid else None
+
+
+def listdir(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:
+        return []
+
+
+def pattern_collides(pattern: str, uses_pid: bool) -> bool:
+    """Whether core_pattern makes processes that share a working directory write one file
+    (`core`, no %p, core_uses_pid off): their cores replace each other. Pure."""
+    return not pattern.startswith("|") and "%p" not in pattern and not uses_pid
+
+
+def dumped_since(dest: Path, pid: int, since_wall: float | None) -> list[int]:
+    """Pids of other processes whose claimed cores in `dest` were written after
+    `since_wall`."""
+    if since_wall is None:
+        return []
+    out = []
+    for p in listdir(dest):
+        head, _, tail = p.name.partition(".")
+        if head == "core" and tail.isdigit() and int(tail) != pid and _mtime(p) >= since_wall:
+            out.append(int(tail))
+    return out
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

@@ -22,16 +22,17 @@ import resource
 import shutil
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
 from stress.engine import kernellog, procstate
 from stress.engine.callstacks import Stacks, StackSource, find_gdb, find_pyspy
+from stress.engine.corenotes import CLAIM_WAIT_S, claimed, dumped_since, pattern_collides
 from stress.engine.corenotes import CoreNotes as CoreNotes  # (re-exported: its readers)
+from stress.engine.corenotes import claim as claim  # (re-exported: children.py)
+from stress.engine.corenotes import listdir as listdir
 from stress.engine.corenotes import read_core_notes as read_core_notes
-from stress.fs import new_file_mode
 from stress.stacktext import (
     faulthandler_text,
     kernel_fault_lines,
@@ -200,71 +201,6 @@ def _coredumpctl(pid: int, dest: Path, budget_s: float) -> tuple[Path | None, st
         time.sleep(0.2)
 
 
-_CLAIMING: str = ".claiming-"  # a core being claimed: renamed, its notes not read yet
-_CLAIM_WAIT_S: float = 1.0  # another reader's claim in flight (two renames and a notes read:
-#   milliseconds; a loaded box may stall it for a while)
-
-
-def claim(path: Path, dest: Path) -> tuple[Path, CoreNotes] | None:
-    """Takes core `path` out of a folder that several processes dump into: renamed (atomic,
-    same filesystem) into `dest`, its notes read *after* the move, then named by its own
-    pid, `dest/core.PID`. What was moved is what is read: where core_pattern names no pid the
-    kernel unlinks `core` and writes another process's in its place at any moment, so notes
-    read before a move prove nothing (issue 36). None when `path` is gone, not a core (yet),
-    or on another filesystem (left where it is)."""
-    if read_core_notes(path) is None:
-        return None
-    tmp = dest / f"{_CLAIMING}{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
-        os.rename(path, tmp)
-    except OSError:
-        return None
-    notes = read_core_notes(tmp)
-    if notes is None:  # replaced by a core whose notes are not written yet: back it goes
-        try:
-            os.link(tmp, path)  # (never over a newer one)
-            os.unlink(tmp)
-        except OSError:
-            pass
-        return None
-    target = dest / f"core.{notes.pid}"
-    try:
-        os.rename(tmp, target)
-    except OSError:
-        return None
-    try:  # the kernel writes cores 0600: evidence must be as readable as the rest of the run
-        os.chmod(target, new_file_mode())
-    except OSError:
-        pass
-    return target, notes
-
-
-def claimed(pid: int, dest: Path, wait_s: float = 0.0) -> tuple[Path, CoreNotes] | None:
-    """The core of `pid` that a claim (`claim`, by any reader) put into `dest`; `wait_s`:
-    how long to wait for claims in flight to finish."""
-    deadline = time.monotonic() + wait_s
-    while wait_s > 0 and time.monotonic() < deadline and \
-            any(p.name.startswith(_CLAIMING) for p in listdir(dest)):
-        time.sleep(0.05)
-    path = dest / f"core.{pid}"
-    notes = read_core_notes(path)
-    return (path, notes) if notes is not None and notes.pid == pid else None
-
-
-def listdir(folder: Path) -> list[Path]:
-    try:
-        return list(folder.iterdir())
-    except OSError:
-        return []
-
-
-def pattern_collides(pattern: str, uses_pid: bool) -> bool:
-    """Whether core_pattern makes processes that share a working directory write one file
-    (`core`, no %p, core_uses_pid off): their cores replace each other. Pure."""
-    return not pattern.startswith("|") and "%p" not in pattern and not uses_pid
-
-
 def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S,
               claim_dir: Path | None = None, since_wall: float | None = None
               ) -> tuple[Path | None, CoreNotes | None, str]:
@@ -295,10 +231,10 @@ def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S,
             if notes is not None and notes.pid == pid:
                 return Path(hit), notes, ""
     if claim_dir is not None:
-        got = claimed(pid, claim_dir, _CLAIM_WAIT_S)  # taken by another reader meanwhile
+        got = claimed(pid, claim_dir, CLAIM_WAIT_S)  # taken by another reader meanwhile
         if got is not None:
             return got[0], got[1], ""
-        rivals += _dumped_since(claim_dir, pid, since_wall)
+        rivals += dumped_since(claim_dir, pid, since_wall)
         if rivals and pattern_collides(pattern, uses_pid):
             return None, None, (f"core overwritten by another process: no core of {pid} is "
                                 f"left, pid {rivals[0]} dumped its core into the same folder "
@@ -312,19 +248,6 @@ def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S,
         return None, None, f"core_pattern pipes cores to {pattern[1:].split()[0]!r}"
     return None, None, (f"no core of {pid} (core_pattern {pattern!r}; the core size limit, "
                         "a full disk or an unwritable cwd prevent one)")
-
-
-def _dumped_since(dest: Path, pid: int, since_wall: float | None) -> list[int]:
-    """Pids of other processes whose claimed cores in `dest` were written after
-    `since_wall`."""
-    if since_wall is None:
-        return []
-    out = []
-    for p in listdir(dest):
-        head, _, tail = p.name.partition(".")
-        if head == "core" and tail.isdigit() and int(tail) != pid and _mtime(str(p)) >= since_wall:
-            out.append(int(tail))
-    return out
 
 
 def discard_core(pid: int, cwd: Path, claim_dir: Path | None = None) -> Path | None:

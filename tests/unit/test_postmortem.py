@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stress.engine import postmortem
+from stress.engine import corenotes, postmortem
 from stress.engine.corenotes import CoreNotes
 from tests.helpers.procs import fake_core
 
@@ -23,7 +23,7 @@ def pattern_core(monkeypatch: pytest.MonkeyPatch) -> None:
 def replaced_after_first_look(monkeypatch: pytest.MonkeyPatch, core: Path, other: int) -> None:
     """The kernel writes pid `other`'s core in place of `core` right after the first time
     anyone reads `core`'s notes (between a check and a read)."""
-    real = postmortem.read_core_notes
+    real = corenotes.read_core_notes
     done: list[bool] = []
 
     def look(path: Path) -> CoreNotes | None:
@@ -34,6 +34,7 @@ def replaced_after_first_look(monkeypatch: pytest.MonkeyPatch, core: Path, other
             fake_core(core, other, [other], 11)
         return notes
 
+    monkeypatch.setattr(corenotes, "read_core_notes", look)
     monkeypatch.setattr(postmortem, "read_core_notes", look)
 
 
