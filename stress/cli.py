@@ -392,10 +392,11 @@ def repro(folder: Path, times: int, with_replay: bool, device: str | None,
           quiet: bool) -> None:
     """Rerun exactly the job of one failure (FOLDER: RUN_DIR/failures/NNNN-...): same engine,
     program, pattern, input seed, command, environment and interpreter, one at a time, and
-    say how often it fails the same way (a count and a rate, with a 95% interval) beside the
-    original run's rate. The reruns are a run of their own in FOLDER/repro-TIME/; every
-    failure folder's repro.sh runs this command. Exit 1 when it failed again, 0 when not, 3
-    when interrupted before it failed again.
+    say how often it fails the same way (its signature: a count and a rate, with a 95%
+    interval) beside that signature's rate in the original run, and which other failure modes
+    it hit. The reruns are a run of their own in FOLDER/repro-TIME/; every failure folder's
+    repro.sh runs this command. Exit 1 when it failed again (either way), 0 when not, 3 when
+    interrupted before it failed again.
     With --replay, FOLDER may also be a recorded healthy job's replay
     (RUN_DIR/native/replays/*.ireereplay): only that is replayed."""
     from stress.soak.repro import repro as repro_run
@@ -409,7 +410,7 @@ def repro(folder: Path, times: int, with_replay: bool, device: str | None,
     result = repro_run(folder, times, device, with_replay=with_replay, progress=not quiet)
     click.echo(result.describe())
     bad_replay = any(rc != 0 for rc in result.replays)
-    if result.failed or bad_replay:
+    if result.failed or result.variants or bad_replay:  # another mode is a failure too
         sys.exit(EXIT_FAILURES)
     sys.exit(EXIT_INCONCLUSIVE if result.interrupted else EXIT_OK)
 

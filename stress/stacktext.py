@@ -269,6 +269,8 @@ def parse_pystack(text: str) -> StackDump:
 _FH_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
 _FH_FRAME = re.compile(r'^\s+File "([^"]+)", line \d+ in (\S+)')
 _FH_SIGNAL = re.compile(r"^Fatal Python error: (\w[\w ]*)")
+FAULT_TOP_FRAMES: int = 2  # frames of a dump's top in a frameless key: the function that
+#   faulted and its caller; deeper ones are the test runner's, the same for every test
 _FH_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
                "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
 
@@ -278,6 +280,22 @@ def faulthandler_text(stderr_text: str) -> str | None:
     one if several."""
     at = stderr_text.rfind("Fatal Python error")
     return stderr_text[at:] if at >= 0 else None
+
+
+def faulthandler_top(stderr_text: str, frames: int = FAULT_TOP_FRAMES) -> list[str]:
+    """The top of faulthandler's last report in `stderr_text`: its first line ("Fatal Python
+    error: Segmentation fault"), then the first `frames` frames of the thread it names as
+    current, most recent call first, each as `function [file]`; [] without a report. What is
+    most specific to the fault (issue 36): the tail of a dump is boilerplate every process
+    prints (`<frozen runpy>` frames, "Extension modules: ...")."""
+    text = faulthandler_text(stderr_text)
+    if text is None:
+        return []
+    dump = parse_faulthandler(text)
+    head = text.split("\n", 1)[0].strip()
+    current = dump.crashed or (dump.threads[0] if dump.threads else None)
+    top = [f"{f.function} [{f.module}]" for f in (current.frames if current else [])[:frames]]
+    return [head, *top]
 
 
 def parse_faulthandler(text: str) -> StackDump:

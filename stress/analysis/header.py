@@ -155,6 +155,28 @@ def numerics(m: dict[str, Any]) -> str:
             + (f"; numpy reference for the other {rest}" if rest > 0 else ""))
 
 
+def shared_cores(m: dict[str, Any]) -> str:
+    """Why an exec run's copies may lose each other's cores, and what helps (issue 36): "" when
+    they cannot (one copy, a pattern with %p or a pipe, core_uses_pid). Where core_pattern is
+    `core`, copies that share a working directory write one file: a core can be replaced by
+    another copy's before it is read (the failure then says so; it is never read as the
+    wrong process's)."""
+    cfg = m.get("config") or {}
+    pattern = m.get("core_pattern")
+    if Engine.of(cfg.get("engine")) is not Engine.EXEC or int(cfg.get("workers") or 1) < 2 or \
+            not isinstance(pattern, list) or len(pattern) != 2:
+        return ""
+    text, uses_pid = str(pattern[0]), bool(pattern[1])
+    if text.startswith("|") or "%p" in text or uses_pid:
+        return ""
+    where = cfg.get("exec_cwd") or "one folder"
+    return (f"core_pattern {text!r} names no pid and {cfg.get('workers')} copies run in "
+            f"{where}: a crash's core can be overwritten by another copy's before it is read "
+            "(the failure then says so). To keep them apart, run each copy in its own folder "
+            "(`-- sh -c 'mkdir -p copy{gpu} && cd copy{gpu} && exec CMD'`, or `{job}` in the "
+            "command's paths), or set kernel.core_uses_pid=1 (root)")
+
+
 def rows(manifests: Sequence[dict[str, Any]], commands: Sequence[str] = ()
          ) -> list[tuple[str, str]]:
     """(label, text) lines of the header of one or more runs; a fact that differs between
@@ -183,6 +205,9 @@ def rows(manifests: Sequence[dict[str, Any]], commands: Sequence[str] = ()
            ("host", one(_host)),
            ("numerics", one(numerics)),
            ("seed", one(lambda m: str(m.get("seed", "?"))))]
+    shared = [c for m in manifests for c in [shared_cores(m)] if c]
+    if shared:
+        out.append(("cores", shared[0]))
     if len(cmds) == 1:
         out.append(("rerun", cmds[0]))
     elif cmds:

@@ -11,12 +11,15 @@ interpreter loop, our Python harness), everything above a signal handler frame
 the TOP_FRAMES taken. Frames enter the key without addresses, lines or library versions. Errors
 and miscompares have no stacks: their key is class, step and the message with numbers blanked.
 A crash or hang of an exec job (the user's own command) without native frames keys on the last
-lines of its output instead (the evidence's `output_key`, kept by the exec engine), so two
-commands that die after different assertions are two modes, not one "crash at run". An exec job
-whose crash is a process of its group killed by a signal (`child_crash`: a compiler the test
-ran) keys on that process's frames like any crash, whichever test ran it; without frames, on
-the process's name. A `failed` exec job (its tests failed) keys on the failing test ids its
-runner printed (`tests`), else on its last output lines.
+lines of its output instead (the evidence's `output_key`, kept by the exec engine; for a Python
+process that crashed, the top of its faulthandler dump), so two commands that die after
+different assertions are two modes, not one "crash at run". A crash whose native stacks were
+not read (past the evidence budget, its core lost) joins the mode read of its class, signal,
+step and process instead (joins.py): sampling decides how much is read, not the grouping.
+An exec job whose crash is a process of its group killed by a signal (`child_crash`: a
+compiler the test ran) keys on that process's frames like any crash, whichever test ran it;
+without frames, on the process's name. A `failed` exec job (its tests failed) keys on the
+failing test ids its runner printed (`tests`), else on its last output lines.
 The id is a hash of the key's text. What other threads were doing is not in the key (it would
 split one mode by accidental concurrency); correlation.py ranks it.
 """
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stress.analysis import exposure as exp
+from stress.analysis import joins
 from stress.analysis.known import KnownFailure
 from stress.analysis.rundata import RunData
 from stress.analysis.sigkeys import SignatureKey as SignatureKey  # (re-exported: reports)
@@ -303,35 +307,28 @@ def build(data: RunData) -> list[Signature]:
     conc = {r["run_id"]: f"{r['config'].get('workers', '?')}x{r['config'].get('threads', '?')}"
             for r in data.runs}
     sigs: dict[SignatureKey, Signature] = {}
-    keyed = [(row, stack, key_of(row, stack), _budget(row))
+    keyed = [(row, stack, key_of(row, stack), joins.unread(row, stack))
              for row in data.failures for stack in [failing_stack(row)]]
-    # crashes past the evidence budget have no stacks: they join the signature that the
-    #   fully evidenced crashes of their mode (class, signal, step) got
-    full_keys: dict[str, Counter[SignatureKey]] = defaultdict(Counter)
-    by_group: dict[str, Counter[SignatureKey]] = defaultdict(Counter)
-    for _, stack, key, budget in keyed:
-        if budget is not None and budget["full"] and stack.frames:
-            full_keys[budget["key"]][key] += 1
-            by_group[_budget_group(budget["key"])][key] += 1
     # one mode, two unwinds: a stack cut short, or unsymbolized frames, folds into the one
     #   richer key it is compatible with (and says so)
     precise: dict[SignatureKey, set[str]] = defaultdict(set)
     for row, stack, key, _ in keyed:
         precise[key].add(failing_step(row, stack) or "")
     folds = merge_map(Counter(k for _, _, k, _ in keyed if k.frames), precise)
-    for row, stack, key, budget in keyed:
-        counted = budget is not None and not budget["full"]
-        sampled = full_keys.get(budget["key"]) if budget is not None else None
-        fold = None
-        if counted and sampled and len(sampled) == 1:  # one mode sampled: theirs; several:
-            key = next(iter(sampled))  # which one is not known, they stay apart
-        elif counted and budget is not None and not sampled and \
-                len(by_group[_budget_group(budget["key"])]) == 1:
-            # no cored crash of its own step and pattern at all (it happened only where the
-            #   budget had turned cores off): the one signature of its class, signal and
-            #   step group, said as merged
-            target = next(iter(by_group[_budget_group(budget["key"])]))
-            fold = (target, f"counted without stacks at {budget['key']}")
+    # crashes without native frames of their own (past the evidence budget, a lost core)
+    #   join the mode of the crashes read with what is known of every crash (joins.py)
+    joiner = joins.Joiner()
+    for row, stack, key, unread in keyed:
+        if row["class"] == "crash" and not unread:
+            joiner.add_read(row, failing_step(row, stack), folds.get(key, (key, ""))[0])
+        elif unread:
+            joiner.add_python(row, failing_step(row, stack), key)
+    for row, stack, key, unread in keyed:
+        fold = joiner.target(row, failing_step(row, stack)) if unread else None
+        if fold is not None and fold[0] == key:
+            fold = None  # (its own mode)
+        if fold is not None:
+            fold = (fold[0], f"{joins.reason(row)}: {fold[1]}")
         fold = fold or folds.get(key)
         if fold is not None:
             key, why = fold[0], f"{' < '.join(key.frames) or 'no frames'} ({fold[1]})"
@@ -342,9 +339,9 @@ def build(data: RunData) -> list[Signature]:
             s.merged[why] += 1
         elif not s.display:
             s.display = stack.display
-        if budget is not None:
-            s.evidence_counted += counted
-            s.evidence_full += not counted
+        if row["class"] == "crash":
+            s.evidence_counted += unread
+            s.evidence_full += not unread
         row = {**row, "step": failing_step(row, stack) or ""}  # the corrected step
         if row["class"] not in NON_STACK_CLASSES:
             s.count += 1
@@ -352,7 +349,7 @@ def build(data: RunData) -> list[Signature]:
         s.rows.append(row)
         s.steps[row["step"]] += 1
         s.exposures[exp.exposure_of(row)] += 1
-        if not counted:  # a counted crash has no stacks of its own
+        if not unread:  # a crash joined by what is known of it has no stacks of its own
             s.stack_sources[stack.source] += 1
         s.others.update(others_in_flight(row))
         _seen(s, row)
@@ -380,19 +377,6 @@ def build(data: RunData) -> list[Signature]:
     _rates(data, list(sigs.values()))
     return sorted(sigs.values(), key=lambda s: (-(s.rate.failures if s.rate else 0), -s.count,
                                                 s.id))
-
-
-def _budget_group(budget_key: str) -> str:
-    """An evidence-budget mode (`class|signal|step|pattern...`) as class, signal and step
-    group (the teardown steps as one, as in signature keys)."""
-    cls, sig, step = (budget_key.split("|") + ["", "", ""])[:3]
-    return f"{cls}|{sig}|{key_step(step, ('frames',))}"
-
-
-def _budget(row: dict[str, Any]) -> dict[str, Any] | None:
-    """The engine's evidence-budget facts of a crash row (None: no budget applied)."""
-    b = (row.get("evidence") or {}).get("evidence_budget")
-    return b if isinstance(b, dict) and "key" in b and "full" in b else None
 
 
 def _place(s: Signature, row: dict[str, Any], conc: dict[str, str]) -> None:

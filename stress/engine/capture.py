@@ -35,7 +35,11 @@ from stress.engine.recorder import (
     spend,
 )
 from stress.engine.workermanage import Judge, WorkerHandle, signal_group
+from stress.stacktext import faulthandler_top
 from stress.vocab import FailureClass, signal_name
+
+_DUMP_BYTES: int = 64 << 10  # stderr read for the head of faulthandler's report (each thread
+#   of the process adds its frames after it)
 
 EXIT_HARNESS: int = 70  # worker.EXIT_HARNESS: iree-stress's own code failed in the worker
 
@@ -183,8 +187,9 @@ def on_exit(rec: Recorder, h: WorkerHandle, rc: int, noticed_ns: int) -> Ending:
     by on_stuck; anything else is a failure (the exit status wins over what the worker
     said). `noticed_ns`: when the session saw the exit."""
     if h.killed_by_us:
-        if h.cwd is not None:
-            postmortem.discard_core(h.pid, h.cwd)  # our SIGKILL leaves no core; SIGABRT might
+        if h.cwd is not None:  # our SIGKILL leaves no core; SIGABRT might
+            postmortem.discard_core(h.pid, h.cwd, h.judge.group.dest if h.judge is not None
+                                    and h.judge.group is not None else None)
         if h.judge is not None and h.judge.group is not None:
             h.judge.group.discard()  # a hang's group: its processes' cores are not its evidence
         return Ending()
@@ -241,6 +246,8 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
         sig = child.signal if child is not None else sig
     # the core to read: the process's own, or the crashed child's (moved into the run folder)
     core_pid, core_dir, core_exe = h.pid, h.cwd, h.judge.exe if h.judge else rec.python
+    shared = group.dest if group is not None and child is None else None  # copies share a
+    #   cwd: the command's core is claimed out of it before it is trusted (issue 36)
     if child is not None:
         core_pid, core_exe = child.pid or 0, child.exe or child.name
         core_dir = child.core_path.parent if child.core_path else group.dest \
@@ -265,14 +272,14 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
         group.discard(keep=keep)  # every core of its group but the one read (never left)
     if sig is not None and core_dir is not None and (rec.folders >= MAX_FAILURE_FOLDERS or
                                                      not full):
-        postmortem.discard_core(core_pid, core_dir)  # no folder to put its stacks in, or counted
+        postmortem.discard_core(core_pid, core_dir, shared)  # no folder for its stacks, or counted
     elif sig is not None and core_dir is not None:  # native stacks post mortem (core + gdb, ...)
         reader = h.journal()
         tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
         tids += child.tids if child is not None else []
         pending_tids = tids
         crash = rec.read_crash(core_pid, core_exe, core_dir, stderr if child is None else "",
-                               since_wall=h.started_wall, tids=tids)
+                               since_wall=h.started_wall, tids=tids, claim_dir=shared)
     folder = rec.new_folder(cls, h.name) if full else None
     judged = h.judge.facts() if h.judge is not None else {}
     what = f"killed by {sig}" if sig and child is None else f"exited with status {rc}"
@@ -290,6 +297,9 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
     facts: dict[str, Any] = {"stack_source": "pending" if crash else "none"}
     if budget is not None:
         facts["evidence_budget"] = budget
+        top = faulthandler_top(h.tail(h.stderr_path, _DUMP_BYTES)) if child is None else []
+        if top:  # known for every crash, read or only counted (signatures join by it)
+            facts["fault_top"] = top
     facts.update(judged)
     if child is not None:
         facts["child_crash"] = child.as_dict()

@@ -45,7 +45,6 @@ from typing import Any
 
 from stress.engine import kernellog, postmortem, procstate
 from stress.engine.testlog import SignalDeath
-from stress.fs import new_file_mode
 
 CHILD_CORES: str = "children"  # RUN/cores/children/: one folder for every job's (a folder per
 #   job would leave thousands of empty ones; a core's name has its pid)
@@ -217,9 +216,10 @@ class GroupWatch:
                     self.tids[int(t)] = pid
 
     def _candidates(self) -> list[Path]:
+        # cores another reader claimed out of a shared folder wait in dest under their pid
+        out = [p for p in postmortem.listdir(self.dest) if p.name.startswith("core.")]
         if self.absolute:
-            return [Path(p) for p in glob.glob(self.globs[0])]
-        out: list[Path] = []
+            return out + [Path(p) for p in glob.glob(self.globs[0])]
         for d in self.dirs:
             for g in self.globs:
                 if not g.startswith("/"):
@@ -247,22 +247,15 @@ class GroupWatch:
                 self.waiting[path] = notes.pid
                 continue
             self.waiting.pop(path, None)
-            self.cores[notes.pid] = (self._move(path, notes.pid), notes)
-
-    def _move(self, path: Path, pid: int) -> Path:
-        """`path` renamed to RUN/cores/children/core.PID; where it is when that cannot be done
-        (another filesystem: a copy would stall the session for a large core)."""
-        target = self.dest / f"core.{pid}"
-        try:
-            self.dest.mkdir(parents=True, exist_ok=True)
-            os.rename(path, target)
-        except OSError:
-            return path
-        try:  # the kernel writes cores 0600: evidence must be as readable as the rest of the run
-            os.chmod(target, new_file_mode())
-        except OSError:
-            pass
-        return target
+            got = postmortem.claim(path, self.dest)  # moved first, its notes read again
+            if got is None and path.exists():  # another filesystem: read where it is
+                got = (path, notes)
+            if got is None:
+                continue
+            moved, notes = got
+            if notes.sid != self.leader or notes.pid == self.leader:  # replaced in between:
+                continue  # not this group's (its own reader finds it in dest)
+            self.cores[notes.pid] = (moved, notes)
 
     # ---- when it has ended -------------------------------------------------------------------
     def search_tree(self) -> None:

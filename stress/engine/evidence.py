@@ -378,15 +378,18 @@ class CrashEvidence:
 def collect_crash(pid: int, exe: str, core_dir: Path, stderr_text: str, *,
                   since_wall: float | None = None, tids: Collection[int] = (),
                   keep_core: bool = False,
-                  timeout_s: float = postmortem.NATIVE_STACKS_TIMEOUT_S) -> CrashEvidence:
+                  timeout_s: float | None = None,
+                  claim_dir: Path | None = None) -> CrashEvidence:
     """Evidence of process `pid`, dead by a signal: `postmortem.native_stacks` (core + gdb,
     ...; the core deleted unless `keep_core`) and the kernel log since `since_wall` (None: the
     last five minutes). `tids` are native thread ids the caller knows (the journal's), used to
-    match the kernel's segfault line. Bounded by about `timeout_s` + 5 s; never raises."""
+    match the kernel's segfault line; `claim_dir`: `core_dir` is shared (`postmortem.find_core`).
+    Bounded by about `timeout_s` + 5 s; never raises."""
     t0 = time.monotonic()
     since = since_wall if since_wall is not None else time.time() - _KERNEL_LOG_LOOKBACK_S
     stacks = postmortem.native_stacks(pid, exe, core_dir, stderr_text, timeout_s,
-                                      keep=keep_core, since_wall=since, tids=tids)
+                                      keep=keep_core, since_wall=since, tids=tids,
+                                      claim_dir=claim_dir)
     kernel = kernellog.kernel_log_tail(since)
     return CrashEvidence(stacks, kernel, time.monotonic() - t0)
 

@@ -35,6 +35,7 @@ from stress.engine.watchdog import Stuck
 from stress.engine.workermanage import LaunchSpec, Proc, WorkerHandle, signal_group
 from stress.keys import blank_numbers
 from stress.programs.program import Arg, Program
+from stress.stacktext import faulthandler_top
 
 EXEC_PATTERN: str = "exec"  # the one lifecycle "pattern" of exec jobs: the command itself
 RUN_STEP: str = "run"  # the step blamed while the command runs (before its done marker)
@@ -253,11 +254,14 @@ class ExecJudge:
 
     def facts(self) -> dict[str, Any]:
         """For the failure's evidence: the last lines of output (normalized) that signatures
-        of exec jobs use, whether the done marker was seen, the runner's failing tests and
-        the processes the output says died by a signal (`testlog`)."""
+        of exec jobs use (for a Python command that crashed, the top of faulthandler's dump
+        instead: the tail of its output is the dump's boilerplate), whether the done marker
+        was seen, the runner's failing tests and the processes the output says died by a
+        signal (`testlog`)."""
         text = "".join(_tail(p) for p in self.logs)
-        out: dict[str, Any] = {"output_key": output_key(text, skip=self.output.pattern),
-                               "done_marker_seen":
+        top = faulthandler_top(_tail(self.logs[1], _DUMP_BYTES))  # a Python command's crash
+        out: dict[str, Any] = {"output_key": [normalize_line(x) for x in top] if top else
+                               output_key(text, skip=self.output.pattern), "done_marker_seen":
                                self.output.matched_ns is not None}
         report = "".join(_tail(p, _REPORT_BYTES) for p in self.logs)
         tests = testlog.summarize(report)
@@ -312,6 +316,8 @@ _REPORT_BYTES: int = 256 << 10  # output read for the runner's summary and signa
 #   tests/data/testlogs/pytest.txt, one with subprocess.run's source); 256 KiB holds
 #   dozens, and is read once per failed job
 _DEATHS_KEPT: int = 5
+_DUMP_BYTES: int = 64 << 10  # stderr read for faulthandler's report: its head must be in it
+#   (4 KiB for a pytest process's one thread; every other thread adds its frames after it)
 
 
 def _tail(path: Path, size: int = _TAIL_BYTES) -> str:

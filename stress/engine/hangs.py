@@ -210,7 +210,9 @@ def _take_and_kill(handles: list[WorkerHandle], backend: str, stderr_paths: dict
                 (cancel is not None and cancel.is_set()):
             continue
         if not corekill.ours(h.cwd, run_dir):
-            postmortem.discard_core(h.pid, h.cwd)  # never left in a user's folder
+            postmortem.discard_core(h.pid, h.cwd,  # never left in a user's folder
+                                    h.judge.group.dest if h.judge is not None and
+                                    h.judge.group is not None else None)
             continue
         reader = h.journal()
         tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []

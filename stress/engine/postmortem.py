@@ -21,16 +21,18 @@ import os
 import resource
 import shutil
 import signal
-import struct
 import sys
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from stress.engine import kernellog, procstate
 from stress.engine.callstacks import Stacks, StackSource, find_gdb, find_pyspy
+from stress.engine.corenotes import CLAIM_WAIT_S, claimed, dumped_since, pattern_collides
+from stress.engine.corenotes import CoreNotes as CoreNotes  # (re-exported: its readers)
+from stress.engine.corenotes import claim as claim  # (re-exported: children.py)
+from stress.engine.corenotes import listdir as listdir
+from stress.engine.corenotes import read_core_notes as read_core_notes
 from stress.stacktext import (
     faulthandler_text,
     kernel_fault_lines,
@@ -45,6 +47,23 @@ _CORE_LIMIT_BYTES: int = 4 << 30  # measured: a Python + IREE local-task process
 #   thread's registers (the notes come first)
 NATIVE_STACKS_TIMEOUT_S: float = 30.0  # measured: gdb + py-spy read the 107 MiB core in 0.7 s
 #   here, cuda-gdb + py-spy the 901 MiB CUDA one in 9.4 s on the H200; 3x that for a loaded box
+_LOAD_SCALE_MAX: float = 4.0  # a post mortem's budget grows with the host's load, up to this
+#   factor: gdb over the 159 MiB core of a pytest process with IREE's compiler loaded took
+#   4.8 s of CPU and 28 s of wall time at a load of 8.5 per core here (issue 36's second real
+#   suite: every read timed out at 30 s, so no crash had native frames)
+
+
+def stacks_timeout_s(base: float = NATIVE_STACKS_TIMEOUT_S) -> float:
+    """The budget of one post-mortem read: `base` times the host's load per core (1-minute
+    load average over the cores; at least 1, at most _LOAD_SCALE_MAX). A soak loads its host
+    by design: a budget measured on an idle one runs out before gdb has read the symbols."""
+    try:
+        per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        per_core = 1.0
+    return base * min(_LOAD_SCALE_MAX, max(1.0, per_core))
+
+
 _PIPE_CORE_WAIT_S: float = 5.0  # a |pipe handler (systemd-coredump) stores the core after the
 #   process is gone: give it this long to appear in `coredumpctl`
 _MIN_TOOL_S: float = 1.0  # never start a tool with less than this left of the budget
@@ -166,100 +185,6 @@ def core_globs(pattern: str, pid: int, cwd: Path, *, uses_pid: bool = False) -> 
     return out
 
 
-@dataclass
-class CoreNotes:
-    """From a core's ELF notes: the process id, the thread that took the signal (the kernel
-    writes its NT_PRSTATUS first), that signal, and every thread id; from its NT_PRPSINFO the
-    process's session and group (which exec job's group it belonged to), its name (`comm`,
-    15 characters) and the start of its arguments; from NT_FILE the files it had mapped (the
-    executable among them: `executable`)."""
-
-    pid: int
-    crashed_tid: int
-    signal: int
-    tids: list[int]
-    sid: int | None = None
-    pgrp: int | None = None
-    name: str = ""
-    args: str = ""
-    files: list[str] = field(default_factory=list)
-
-    def executable(self) -> str | None:
-        """The mapped file whose name the process bears (its comm is the executable's
-        basename cut to 15 characters), else the first one mapped (the kernel lists mappings
-        by address; an executable's own lie below its libraries')."""
-        named = [f for f in self.files if self.name and
-                 os.path.basename(f)[:15] == self.name[:15]]
-        return named[0] if named else self.files[0] if self.files else None
-
-
-_NT_PRSTATUS, _NT_PRPSINFO, _NT_FILE = 1, 3, 0x46494C45
-_PT_NOTE = 4
-
-
-def read_core_notes(path: Path) -> CoreNotes | None:
-    """Parse a 64-bit little-endian ELF core's PT_NOTE segment (x86-64 and aarch64 share the
-    prstatus/prpsinfo layout used here); None for anything else or a damaged file."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-                return None
-            if struct.unpack_from("<H", head, 16)[0] != 4:  # ET_CORE
-                return None
-            phoff = struct.unpack_from("<Q", head, 0x20)[0]
-            phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-            for i in range(phnum):
-                p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", table,
-                                                                         i * phentsize)
-                if p_type == _PT_NOTE:
-                    f.seek(p_offset)
-                    return _parse_notes(f.read(min(p_filesz, 64 << 20)))
-    except (OSError, struct.error):
-        return None
-    return None
-
-
-def _parse_notes(data: bytes) -> CoreNotes | None:
-    pid: int | None = None
-    tids: list[int] = []
-    sig, p = 0, 0
-    extra: dict[str, Any] = {}
-    while p + 12 <= len(data):
-        namesz, descsz, ntype = struct.unpack_from("<III", data, p)
-        desc = p + 12 + ((namesz + 3) & ~3)
-        if ntype == _NT_PRSTATUS and descsz >= 36:
-            if not tids:
-                sig = struct.unpack_from("<h", data, desc + 12)[0]  # pr_cursig
-            tids.append(struct.unpack_from("<i", data, desc + 32)[0])  # pr_pid
-        elif ntype == _NT_PRPSINFO and descsz >= 28:
-            pid = struct.unpack_from("<i", data, desc + 24)[0]  # pr_pid
-            if descsz >= 136 and desc + 136 <= len(data):  # pr_pgrp, pr_sid, fname, psargs
-                extra["pgrp"], extra["sid"] = struct.unpack_from("<ii", data, desc + 32)
-                extra["name"] = _cstr(data[desc + 40:desc + 56])
-                extra["args"] = _cstr(data[desc + 56:desc + 136]).strip()
-        elif ntype == _NT_FILE and descsz >= 16:
-            extra["files"] = _mapped_files(data[desc:desc + descsz])
-        p = desc + ((descsz + 3) & ~3)
-    if not tids:
-        return None
-    return CoreNotes(pid if pid is not None else tids[0], tids[0], sig, tids, **extra)
-
-
-def _cstr(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode(errors="replace")
-
-
-def _mapped_files(desc: bytes) -> list[str]:
-    """NT_FILE: count, page size, count x (start, end, offset), then count names; each
-    file once, in the order of its first mapping."""
-    count = struct.unpack_from("<Q", desc, 0)[0]
-    names = desc[16 + 24 * count:].split(b"\0")[:count]
-    return list(dict.fromkeys(n.decode(errors="replace") for n in names if n))
-
-
 def _coredumpctl(pid: int, dest: Path, budget_s: float) -> tuple[Path | None, str]:
     tool = shutil.which("coredumpctl")
     if tool is None:
@@ -276,18 +201,44 @@ def _coredumpctl(pid: int, dest: Path, budget_s: float) -> tuple[Path | None, st
         time.sleep(0.2)
 
 
-def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S
+def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S,
+              claim_dir: Path | None = None, since_wall: float | None = None
               ) -> tuple[Path | None, CoreNotes | None, str]:
     """The core of dead process `pid` whose cwd was `cwd`, its notes, and a note when none was
     found. Only a core whose notes name `pid` is taken (a stale `core` from another process is
-    left alone). A `|systemd-coredump` pattern is asked through coredumpctl (bounded); other
-    pipe handlers (apport, ...) keep cores where this tool cannot reach them."""
+    left alone). `claim_dir`: `cwd` is shared with other processes that may crash (copies of
+    one command): every core found there is claimed into it (`claim`) before its notes are
+    trusted, another pid's is left there for its own reader, and when no core of `pid` is
+    left but another process dumped into the same place after `since_wall`, the note says
+    the core was overwritten. A `|systemd-coredump` pattern is asked through coredumpctl
+    (bounded); other pipe handlers (apport, ...) keep cores where this tool cannot reach
+    them."""
     pattern, uses_pid = read_core_pattern()
+    rivals: list[int] = []
+    if claim_dir is not None:
+        got = claimed(pid, claim_dir)
+        if got is not None:
+            return got[0], got[1], ""
     for g in core_globs(pattern, pid, cwd, uses_pid=uses_pid):
         for hit in sorted(glob.glob(g), key=lambda p: -_mtime(p)):
+            if claim_dir is not None:
+                got = claim(Path(hit), claim_dir)
+                if got is not None and got[1].pid == pid:
+                    return got[0], got[1], ""
+                rivals += [got[1].pid] if got is not None else []
+                continue
             notes = read_core_notes(Path(hit))
             if notes is not None and notes.pid == pid:
                 return Path(hit), notes, ""
+    if claim_dir is not None:
+        got = claimed(pid, claim_dir, CLAIM_WAIT_S)  # taken by another reader meanwhile
+        if got is not None:
+            return got[0], got[1], ""
+        rivals += dumped_since(claim_dir, pid, since_wall)
+        if rivals and pattern_collides(pattern, uses_pid):
+            return None, None, (f"core overwritten by another process: no core of {pid} is "
+                                f"left, pid {rivals[0]} dumped its core into the same folder "
+                                f"after {pid} started (core_pattern {pattern!r} names no pid)")
     if pattern.startswith("|"):
         if "systemd-coredump" in pattern:
             core, why = _coredumpctl(pid, cwd, budget_s)
@@ -299,10 +250,20 @@ def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S
                         "a full disk or an unwritable cwd prevent one)")
 
 
-def discard_core(pid: int, cwd: Path) -> Path | None:
+def discard_core(pid: int, cwd: Path, claim_dir: Path | None = None) -> Path | None:
     """Delete the core of dead process `pid` without reading it (past the evidence-folder
     cap, or a worker that died while being killed): its path, or None when there was none.
-    Never waits for a pipe handler; never touches another process's core."""
+    Never waits for a pipe handler; never touches another process's core (`claim_dir`: a
+    shared `cwd`, see `find_core`)."""
+    if claim_dir is not None:
+        core, _, _ = find_core(pid, cwd, 0.0, claim_dir)
+        if core is None:
+            return None
+        try:
+            os.unlink(core)
+        except OSError:
+            return None
+        return core
     pattern, uses_pid = read_core_pattern()
     for g in core_globs(pattern, pid, cwd, uses_pid=uses_pid):
         for hit in glob.glob(g):
@@ -350,8 +311,9 @@ def pystack_available() -> bool:
 
 
 def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
-                  timeout_s: float = NATIVE_STACKS_TIMEOUT_S, *, keep: bool = False,
-                  since_wall: float | None = None, tids: Collection[int] = ()) -> Stacks:
+                  timeout_s: float | None = None, *, keep: bool = False,
+                  since_wall: float | None = None, tids: Collection[int] = (),
+                  claim_dir: Path | None = None) -> Stacks:
     """Every thread's stack of process `pid`, dead by a signal, whose executable was `exe`
     (the worker's sys.executable) and whose cwd was `core_dir`. Paths, first that works:
 
@@ -370,13 +332,15 @@ def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
     read it. The whole call is bounded by about `timeout_s` (each tool is killed at the
     budget left). The core is deleted afterwards unless `keep` (then `Stacks.core` is its
     path); a core that is not this process's is never touched."""
+    timeout_s = stacks_timeout_s() if timeout_s is None else timeout_s
     t_end = time.monotonic() + timeout_s
     notes_text: list[str] = []
 
     def left() -> float:
         return max(_MIN_TOOL_S, t_end - time.monotonic())
 
-    core, notes, why = find_core(pid, core_dir, min(_PIPE_CORE_WAIT_S, timeout_s / 3))
+    core, notes, why = find_core(pid, core_dir, min(_PIPE_CORE_WAIT_S, timeout_s / 3),
+                                 claim_dir, since_wall)
     if why:
         notes_text.append(why)
     crashed = notes.crashed_tid if notes else None

@@ -216,14 +216,15 @@ class Recorder:
         return self.core_launches % _CORE_SAMPLE_EVERY == 0
 
     def read_crash(self, pid: int, exe: str, core_dir: Path, stderr: str, since_wall: float,
-                   tids: list[int]) -> Future[evidence.CrashEvidence]:
+                   tids: list[int], claim_dir: Path | None = None
+                   ) -> Future[evidence.CrashEvidence]:
         """A crash's native stacks, read post mortem (core + gdb, ...) in the background: gdb
         on a core takes ~1 s (10 s for a CUDA process), so a crash storm (the incident's
         40-60% of exits) never stalls the soak or its other workers."""
         if self._readers is None:
             self._readers = ThreadPoolExecutor(_CRASH_READERS, thread_name_prefix="post-mortem")
         return self._readers.submit(evidence.collect_crash, pid, exe, core_dir, stderr,
-                                    since_wall=since_wall, tids=tids)
+                                    since_wall=since_wall, tids=tids, claim_dir=claim_dir)
 
     def collect_finished(self, wait: bool = False) -> None:
         """Completes the crashes whose stacks are read: their files, failure.json and the
@@ -234,7 +235,7 @@ class Recorder:
                 continue
             self.pending.remove(p)
             try:
-                crash = p.future.result(timeout=postmortem.NATIVE_STACKS_TIMEOUT_S + 15)
+                crash = p.future.result(timeout=postmortem.stacks_timeout_s() + 15)
                 facts = {**p.facts, **crash.summary()}
                 files = crash.files()
             except Exception as exc:  # a tool that hung past its bound, a parser bug: say so

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stress.engine import telemetry
+from stress.engine import postmortem, telemetry
 from stress.engine.config import SoakConfig
 from stress.fs import atomic_write, sha256_file
 
@@ -132,6 +132,7 @@ class RunFiles:
                 "host": platform.node(), "kernel": platform.release(),
                 "os": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
                 "parent_python": sys.version.split()[0], "seed": self.cfg.seed,
+                "core_pattern": list(postmortem.read_core_pattern()),
                 "command": self.cfg.command, "config": self.cfg.as_dict()}
 
 

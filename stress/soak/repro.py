@@ -43,6 +43,8 @@ class ReproResult:
     header: list[tuple[str, str]] = field(default_factory=list)  # what the reruns tested
     asked: int = 0  # the runs asked for (--times)
     interrupted: bool = False  # the reruns were stopped (Ctrl-C, SIGTERM) before the end
+    variants: list[tuple[str, int]] = field(default_factory=list)  # other failure modes the
+    #   reruns hit: (signature id and description, runs), most first
 
     def describe(self) -> str:
         rate = self.failed / self.runs if self.runs else 0.0
@@ -50,6 +52,11 @@ class ReproResult:
         lines = [*head, f"{self.folder.name}: {self.cls} again in {self.failed}/{self.runs} runs: "
                  f"rate {rate:.0%} (95% interval {self.low:.0%}-{self.high:.0%}) -> "
                  f"{self.run_dir}"]
+        if self.original:  # what "again" counted: its signature, not its class
+            lines.append(f"  counted: the same signature, {self.original['id']} "
+                         f"{self.original.get('description')}")
+        for what, n in self.variants:
+            lines.append(f"  another variant in {n}/{self.runs} runs (not counted): {what}")
         if self.interrupted:  # a rate of 0 from a cut-short rerun must not read as an answer
             lines.append(f"  interrupted after {self.runs} of {self.asked} runs: "
                          "not an answer on its own")
@@ -106,6 +113,26 @@ def original_signature(root: Path, folder: Path) -> dict[str, Any] | None:
         if any(_same_folder(r.get("artifacts"), folder) for r in sig.rows):
             return sig.as_dict()
     return None
+
+
+def same_signature(run_dir: Path, original: dict[str, Any]
+                   ) -> tuple[set[int], list[tuple[str, int]]]:
+    """(the reruns' jobs that failed in the `original` signature (as_dict: its id and key), the
+    other signatures they hit as (id and description, jobs), most first). A rerun's signature
+    is the original's when it has its id, or its key is one mode with it seen through another
+    unwind (`sigkeys.compatible`)."""
+    from stress.analysis import rundata, signatures
+    from stress.analysis.sigkeys import SignatureKey, compatible
+
+    same: set[int] = set()
+    others: list[tuple[str, int]] = []
+    for sig in signatures.build(rundata.load([run_dir])):
+        jobs = {int(r["job_index"]) for r in sig.rows if r.get("job_index") is not None}
+        if sig.id == original["id"] or compatible(sig.key, SignatureKey.parse(original["key"])):
+            same |= jobs
+        elif jobs:
+            others.append((f"{sig.id} {sig.describe()}", len(jobs)))
+    return same, sorted(others, key=lambda x: -x[1])
 
 
 def _out_dir(folder: Path) -> Path:
@@ -167,9 +194,13 @@ def repro(folder: Path, times: int, replay_device: str | None = None, *,
     assert out is not None
     summary = run_soak(opts)
     jobs, failing = readers.job_outcomes(out, meta["class"])
+    original = original_signature(root, folder)
+    variants: list[tuple[str, int]] = []
+    if original is not None:  # the same signature, not the same class (issue 36 item 4)
+        failing, variants = same_signature(out, original)
     low, high = wilson(len(failing), len(jobs))
     result = ReproResult(folder, meta["class"], len(jobs), len(failing), low, high, out,
-                         original_signature(root, folder),
+                         original, variants=variants,
                          header=header.rows([summary.get("manifest") or {}],
                                             [str(summary.get("command") or "")]),
                          asked=times,

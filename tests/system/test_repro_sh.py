@@ -99,3 +99,38 @@ def _reruns_stored(folder: Path) -> bool:
         if n:
             return True
     return False
+
+
+_VARIANTS = '''
+import ctypes, os
+from pathlib import Path
+
+# every other run aborts instead of segfaulting: a crash of the same class, another mode
+runs = Path("runs.txt")
+n = len(runs.read_text().splitlines()) if runs.exists() else 0
+runs.write_text("run\\n" * (n + 1))
+if n % 2:
+    os.abort()
+ctypes.string_at(0)
+'''
+
+
+def test_repro_counts_the_same_signature_and_lists_the_variants_it_saw(tmp_path: Path) -> None:
+    """Issue 36 item 4: the runs that failed again *the same way* (its signature, not its
+    class), compared with that signature's rate; another variant is listed, not counted
+    (before: "crash again in 4/4 runs", two of them aborts)."""
+    proj, run = tmp_path / "proj", tmp_path / "run"
+    proj.mkdir()
+    (proj / "variants.py").write_text(_VARIANTS)
+    no_cores = ("sh", "-c", 'ulimit -c 0 && exec "$@"', "sh")  # the dump's top keys each
+    res = run_cli("soak", "--engine", "exec", "-n", "1", "-q", "--results", str(run), "--",
+                  sys.executable, "variants.py", cwd=proj, prefix=no_cores, timeout=300)
+    assert res.rc == 1, res.stderr[-2000:]
+    folder = next((run / "failures").iterdir())
+    rerun = run_cli("repro", str(folder), "--times", "4", "-q", cwd=proj, prefix=no_cores,
+                    timeout=300)
+    assert rerun.rc == 1, rerun.stderr[-3000:]
+    assert "crash again in 2/4 runs: rate 50%" in rerun.stdout, rerun.stdout
+    assert "counted: the same signature" in rerun.stdout and "SIGSEGV" in rerun.stdout
+    variant = [x for x in rerun.stdout.splitlines() if "another variant in 2/4 runs" in x]
+    assert len(variant) == 1 and "SIGABRT" in variant[0], rerun.stdout

@@ -139,6 +139,34 @@ def test_failure_facts_carry_the_normalized_last_lines_of_output(tmp_path: Path)
     assert facts["done_marker_seen"] is False
 
 
+_PYTEST_DUMP = """\
+..
+Fatal Python error: Segmentation fault
+
+Current thread 0x00007f4bb8c7a240 (most recent call first):
+  File "/tmp/p/test_rt.py", line 14 in test_device
+  File "/v/lib/python3.11/site-packages/_pytest/python.py", line 187 in pytest_pyfunc_call
+  File "/v/lib/python3.11/site-packages/pluggy/_execution.py", line 147 in _multicall
+  File "/v/lib/python3.11/site-packages/pytest/__main__.py", line 9 in <module>
+  File "<frozen runpy>", line 88 in _run_code
+  File "<frozen runpy>", line 198 in _run_module_as_main
+
+Extension modules: numpy._core._multiarray_umath, numpy.linalg._umath_linalg (total: 2)
+"""
+
+
+def test_a_python_crash_keys_on_the_top_of_its_dump_never_on_runpy_or_extension_modules(
+        tmp_path: Path) -> None:
+    """Issue 36 item 2: the tail of faulthandler's dump is the same for every `python -m`
+    process (`<frozen runpy>`, "Extension modules: numpy..."); the top names the fault."""
+    j = _judge(tmp_path)
+    (tmp_path / "err").write_text(_PYTEST_DUMP)
+    key = j.facts()["output_key"]
+    assert key == ["Fatal Python error: Segmentation fault", "test_device [test_rt.py]",
+                   "pytest_pyfunc_call [python.py]"]
+    assert not any("runpy" in x or "Extension modules" in x for x in key)
+
+
 def test_an_exec_job_is_one_run_of_the_command() -> None:
     from stress.engine.execrunner import EXEC_PATTERN, ONE_RUN_SCALE
 

@@ -185,3 +185,19 @@ def test_a_vulkan_runs_driver_line_names_the_loader_and_each_icd_it_mapped() -> 
     assert dict(header.rows([vulkan]))["driver"] == (
         f"vulkan, library {lib}/libvulkan.so.1.3.239 (Vulkan loader), {lib}/libvulkan_lvp.so "
         "(Vulkan ICD), /opt/nv/libGLX_nvidia.so.0 (Vulkan ICD)")
+
+
+def test_copies_sharing_a_folder_under_a_pattern_without_pid_are_told_what_helps() -> None:
+    """Issue 36 item 3: with core_pattern `core` several copies in one folder write one core
+    file; the header says so and offers what keeps them apart."""
+    def lines(pattern: list[Any], workers: int, engine: str = "exec") -> dict[str, str]:
+        return dict(header.rows([{"core_pattern": pattern, "config": {
+            "engine": engine, "workers": workers, "exec_cwd": "/home/u/suite"}}]))
+
+    text = lines(["core", False], 2)["cores"]
+    assert "names no pid" in text and "2 copies run in /home/u/suite" in text
+    assert "copy{gpu}" in text and "core_uses_pid" in text
+    for quiet in (lines(["core", False], 1), lines(["core.%p", False], 2),
+                  lines(["core", True], 2), lines(["|/usr/lib/systemd-coredump %P", False], 2),
+                  lines(["core", False], 2, "python")):
+        assert "cores" not in quiet

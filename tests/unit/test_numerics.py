@@ -68,7 +68,8 @@ def test_repeat_checks_each_result_against_the_first_not_the_reference() -> None
     expect = Expectation(ABS, 3, inputs, Numerics.REPEAT)
     assert expect.check(first)[0] is True  # no reference: the first result is the golden
     ok, _, message, _ = expect.check([first[0] + 1])
-    assert not ok and message.splitlines()[0] == "output 0 differs from the first result of this job"
+    assert not ok
+    assert message.splitlines()[0] == "output 0 differs from the first result of this job"
 
 
 def test_the_header_says_which_programs_went_unchecked_and_why() -> None:

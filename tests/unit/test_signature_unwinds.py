@@ -181,25 +181,42 @@ def test_a_known_key_that_is_not_a_key_is_refused_in_one_line(tmp_path: Path) ->
         known.load(f)
 
 
-def test_counted_crashes_join_their_modes_one_sampled_signature_and_never_a_guess(
-        tmp_path: Path) -> None:
-    """Issue 24 item 4 (review): crashes past the evidence budget have no stacks; they join the
-    sampled signature of their budget mode only when that mode sampled exactly one."""
-    def row(i: int, frames: list[str] | None, key: str, full: bool) -> dict[str, Any]:
-        r = crash_row(i, core_folder(tmp_path, f"r{i}", frames) if frames else "")
-        r["artifacts"] = r["artifacts"] or None
-        r["evidence"] = {"evidence_budget": {"key": key, "full": full, "cores": full}}
-        return r
+def budget_row(tmp_path: Path, i: int, frames: list[str] | None, key: str, full: bool,
+               top: list[str] | None = None) -> dict[str, Any]:
+    """A crash row whose stacks were read (`frames`) or only counted by the evidence budget;
+    `top`: the top of its faulthandler dump, as the engine records it for every crash."""
+    r = crash_row(i, core_folder(tmp_path, f"r{i}", frames) if frames else "")
+    r["artifacts"] = r["artifacts"] or None
+    r["evidence"] = {"evidence_budget": {"key": key, "full": full, "cores": full},
+                     **({"fault_top": top} if top else {})}
+    return r
 
+
+def test_counted_crashes_join_the_mode_read_of_their_class_signal_and_step(
+        tmp_path: Path) -> None:
+    """Issue 36 item 1: a crash past the evidence budget has no stacks; it joins the mode read
+    of its class, signal and step, never a mode of its own because it was not sampled; with
+    two modes read there, the one whose dump top it shares, else the one read most (said)."""
     one = "crash|SIGSEGV|device-release|per-call"
-    rows = [row(0, FULL, one, True), row(1, FULL, one, True), row(2, None, one, False)]
+    rows = [budget_row(tmp_path, 0, FULL, one, True), budget_row(tmp_path, 1, FULL, one, True),
+            budget_row(tmp_path, 2, None, one, False)]
     sigs = signatures.build(data(rows))
     assert len(sigs) == 1 and (sigs[0].evidence_full, sigs[0].evidence_counted) == (2, 1)
     two = "crash|SIGSEGV|worker-exit|exit-clean"
-    rows = [row(10, FULL, two, True), row(11, OTHER, two, True), row(12, None, two, False)]
+    rows = [budget_row(tmp_path, 10, FULL, two, True, ["Fatal Python error", "a [x.py]"]),
+            budget_row(tmp_path, 11, OTHER, two, True, ["Fatal Python error", "b [x.py]"]),
+            budget_row(tmp_path, 13, OTHER, two, True, ["Fatal Python error", "b [x.py]"]),
+            budget_row(tmp_path, 12, None, two, False, ["Fatal Python error", "a [x.py]"])]
     sigs = signatures.build(data(rows))
-    assert len(sigs) == 3 and sum(s.evidence_counted for s in sigs) == 1
-    assert next(s for s in sigs if s.evidence_counted).frames == ()
+    assert len(sigs) == 2 and sum(s.evidence_counted for s in sigs) == 1
+    joined = next(s for s in sigs if s.evidence_counted)
+    assert joined.frames[0] == "pthread_join" and joined.count == 2  # its dump top's mode
+    assert "the top of its Python dump" in next(iter(joined.merged))
+    rows[-1]["evidence"].pop("fault_top")  # no top: the mode read most (OTHER, 2 of 3)
+    sigs = signatures.build(data(rows))
+    joined = next(s for s in sigs if s.evidence_counted)
+    assert len(sigs) == 2 and joined.count == 3 and joined.frames[0] != "pthread_join"
+    assert "the most read of 2 modes" in next(iter(joined.merged))
 
 
 def test_a_counted_crash_of_a_step_never_cored_joins_the_one_signature_of_its_group(
@@ -215,6 +232,46 @@ def test_a_counted_crash_of_a_step_never_cored_joins_the_one_signature_of_its_gr
     rows = [row(0, FULL, cored, True), row(1, None, never, False)]
     sigs = signatures.build(data(rows))
     assert len(sigs) == 1 and sigs[0].count == 2
-    assert sigs[0].merged == {f"no frames (counted without stacks at {never})": 1}
+    assert sigs[0].merged == {"no frames (counted without stacks (evidence budget): joined "
+                              "by class, signal and step)": 1}
     rows.append(row(2, OTHER, "crash|SIGSEGV|gc|per-thread", True))  # a second mode there
-    assert len(signatures.build(data(rows))) == 3  # then it cannot be told: apart
+    sigs = signatures.build(data(rows))  # it joins one of them (issue 36), and says so
+    assert len(sigs) == 2 and sum(s.count for s in sigs) == 3
+    assert "the most read of 2 modes" in str(next(s for s in sigs if s.merged).merged)
+
+
+def fh_folder(tmp: Path, name: str) -> str:
+    """A failure folder whose only stack is faulthandler's (gdb ran out of time on the core)."""
+    d = tmp / name
+    d.mkdir()
+    (d / "stacks.txt").write_text("# faulthandler\n# note: gdb gave no threads\n")
+    (d / "stderr.tail").write_text(
+        "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f01 (most recent "
+        "call first):\n  File \"/u/case.py\", line 579 in _callTestMethod\n  File \"/u/case.py"
+        "\", line 623 in run\n  File \"/u/case.py\", line 678 in __call__\n")
+    (d / "failure.json").write_text(json.dumps({}))
+    return str(d)
+
+
+def test_without_any_native_stack_counted_crashes_join_the_python_stacks_of_their_dump_top(
+        tmp_path: Path) -> None:
+    """Issue 36, the IREE runtime's own suite: every core read timed out, so the crashes read
+    had faulthandler's frames only; those only counted, with the same dump top, were a second
+    mode of the same frames (10 of 15)."""
+    top = ["Fatal Python error: Segmentation fault", "_callTestMethod [case.py]", "run [case.py]"]
+    key = "crash|SIGSEGV|run|exec"
+    rows = []
+    for i in range(2):
+        r = crash_row(i, fh_folder(tmp_path, f"f{i}"))
+        r["evidence"] = {"evidence_budget": {"key": key, "full": True}, "fault_top": top}
+        rows.append(r)
+    for i in range(2, 5):
+        r = crash_row(i, "")
+        r["artifacts"] = None
+        r["evidence"] = {"evidence_budget": {"key": key, "full": False}, "fault_top": top,
+                         "output_key": top}
+        rows.append(r)
+    sigs = signatures.build(data(rows))
+    assert len(sigs) == 1 and sigs[0].count == 5, [(s.key.text(), s.count) for s in sigs]
+    assert sigs[0].frames[0] == "_callTestMethod [case.py]"
+    assert "no native stacks were read in its mode" in next(iter(sigs[0].merged))

@@ -1,0 +1,75 @@
+"""Post mortems (issue 36). Item 3: a core in a folder that copies share is someone's until
+its notes, read after it was moved out, say whose. The kernel replaces `core` (unlink, then a
+new file) with another process's at any moment where core_pattern names no pid; these tests do
+what the kernel would, at the worst moment. And a read's budget on a loaded host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stress.engine import corenotes, postmortem
+from stress.engine.corenotes import CoreNotes
+from tests.helpers.procs import fake_core
+
+
+@pytest.fixture(autouse=True)
+def pattern_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """core_pattern `core`, core_uses_pid 0 (the container default), whatever this host's."""
+    monkeypatch.setattr(postmortem, "read_core_pattern", lambda: ("core", False))
+
+
+def replaced_after_first_look(monkeypatch: pytest.MonkeyPatch, core: Path, other: int) -> None:
+    """The kernel writes pid `other`'s core in place of `core` right after the first time
+    anyone reads `core`'s notes (between a check and a read)."""
+    real = corenotes.read_core_notes
+    done: list[bool] = []
+
+    def look(path: Path) -> CoreNotes | None:
+        notes = real(path)
+        if not done and path == core:
+            done.append(True)
+            core.unlink()
+            fake_core(core, other, [other], 11)
+        return notes
+
+    monkeypatch.setattr(corenotes, "read_core_notes", look)
+    monkeypatch.setattr(postmortem, "read_core_notes", look)
+
+
+def test_a_core_replaced_between_its_check_and_its_read_is_never_read_as_the_dead_process_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cwd, claim = tmp_path / "suite", tmp_path / "run" / "cores" / "children"
+    cwd.mkdir()
+    fake_core(cwd / "core", 1001, [1001], 11)
+    replaced_after_first_look(monkeypatch, cwd / "core", 1002)
+    path, notes, why = postmortem.find_core(1001, cwd, 0.0, claim, since_wall=0.0)
+    assert path is None and notes is None  # 1001's core is gone: never 1002's read as it
+    assert why.startswith("core overwritten by another process") and "pid 1002" in why
+    # 1002's core waits for its own reader, under its own pid, out of the user's folder
+    path, notes, why = postmortem.find_core(1002, cwd, 0.0, claim, since_wall=0.0)
+    assert path == claim / "core.1002" and notes is not None and notes.pid == 1002
+    assert not (cwd / "core").exists()
+
+
+def test_a_core_taken_by_another_reader_is_found_under_its_own_pid(tmp_path: Path) -> None:
+    cwd, claim = tmp_path / "suite", tmp_path / "claimed"
+    cwd.mkdir()
+    fake_core(cwd / "core", 2002, [2002], 11)
+    path, _, why = postmortem.find_core(2001, cwd, 0.0, claim)  # 2001's reader looks first
+    assert path is None and "no core of 2001" in why
+    found = postmortem.find_core(2002, cwd, 0.0, claim)
+    assert found[0] == claim / "core.2002" and found[1] is not None and found[1].pid == 2002
+    assert postmortem.discard_core(2002, cwd, claim) == claim / "core.2002"
+    assert not (claim / "core.2002").exists()
+
+
+def test_a_post_mortem_gets_more_time_on_a_loaded_host_within_a_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36's second real suite: gdb over a core of a process with IREE's compiler loaded
+    took 28 s of wall time at a load of 8.5 per core; a fixed 30 s read no stack at all."""
+    monkeypatch.setattr(postmortem.os, "cpu_count", lambda: 2)
+    for load, budget in ((0.3, 30.0), (4.0, 60.0), (17.0, 120.0)):
+        monkeypatch.setattr(postmortem.os, "getloadavg", lambda x=load: (x, x, x))
+        assert postmortem.stacks_timeout_s(30.0) == budget
