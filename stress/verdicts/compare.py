@@ -370,7 +370,8 @@ class SoakTrials:
             "worker_python": manifest.get("worker_python"),
             **content_facts(built, manifest)}, indent=1).encode())
         problems = check_facts(built, manifest)
-        setup = setup_problem(engine, summary, stack, built.stack.runtime_version)
+        setup = setup_problem(engine, summary, stack, built.stack.runtime_version,
+                              built.stack.compiler)
         harness = ""
         if setup:  # never a result of the stack (Ctrl-C, a module its runtime cannot load)
             harness = setup

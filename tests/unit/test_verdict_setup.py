@@ -10,7 +10,8 @@ from pathlib import Path
 from stress.runtimes import provision
 from stress.runtimes.provision import Built
 from stress.runtimes.spec import Stack
-from stress.verdicts.setup import setup_problem
+from stress.soak.options import SoakOptions
+from stress.verdicts.setup import exec_preflight, setup_problem
 from stress.vocab import Engine
 
 # what runtime 3.11 recorded for a module of compiler 3.13 (a real run's signature, cut
@@ -31,6 +32,22 @@ def test_programs_the_runtime_cannot_load_name_the_compiler_the_stack_needs() ->
     assert why.startswith("stack iree-3.11's runtime cannot load the programs (NOT_FOUND; "
                           "required module): ")
     assert why.endswith('the stack needs `compiler = "3.11.0"`')
+
+
+def test_programs_the_runtime_cannot_load_name_no_compiler_pin_where_none_would_fix_it() -> None:
+    """Under --engine exec the programs are the command's own (a stack's `compiler` makes only
+    our corpus's); a stack that already pins its runtime's compiler has no pin to add."""
+    failed = summary([_NOT_LOADABLE], 4, 4)
+    why = setup_problem(Engine.EXEC, failed, "iree-3.11", "3.11.0")
+    assert why.startswith("under stack iree-3.11 the command's runtime cannot load its "
+                          "programs (NOT_FOUND; required module): ")
+    assert "compiler =" not in why and why.endswith("rebuild them with that runtime's compiler")
+    why = setup_problem(Engine.PYTHON, failed, "iree-3.11", "3.11.0", "3.11.0")
+    assert why == ("stack iree-3.11's runtime cannot load the programs of its own compiler "
+                   "3.11.0 (NOT_FOUND; required module): its runtime and compiler pins do not "
+                   "fit together")
+    assert setup_problem(Engine.PYTHON, failed, "iree-3.11", "3.11.0", "3.13.0").endswith(
+        'the stack needs `compiler = "3.11.0"`')
 
 
 def test_every_exec_job_failing_on_one_missing_module_is_setup_but_a_real_failure_is_not(
@@ -67,11 +84,14 @@ def test_a_start_up_check_killed_at_its_own_exit_passes_and_one_killed_before_sa
                    f"numpy, iree.runtime` finished")
 
 
+def exec_options(folder: Path, command: list[str]) -> SoakOptions:
+    return SoakOptions(None, None, 1, 1, [], [], [], None, 1, None, {}, None, None, 30.0, 15.0,
+                       5, [], None, (0, 1), None, folder, 1, False, engine="exec",
+                       command=command, cwd=folder)
+
+
 def test_a_console_script_of_an_interpreter_outside_the_stack_is_refused_one_inside_is_not(
         tmp_path: Path) -> None:
-    from stress.soak.options import SoakOptions
-    from stress.verdicts.setup import exec_preflight
-
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").symlink_to(sys.executable)
@@ -81,12 +101,34 @@ def test_a_console_script_of_an_interpreter_outside_the_stack_is_refused_one_ins
                                 (venv / "bin" / "tool", str(venv / "bin" / "python"))):
         script.write_text(f"#!{interpreter}\nimport sys\n")
         script.chmod(0o755)
-    built = Built(Stack("lean"), str(venv / "bin" / "python"), {}, venv=str(venv))
-    base = SoakOptions(None, None, 1, 1, [], [], [], None, 1, None, {}, None, None, 30.0, 15.0,
-                       5, [], None, (0, 1), None, tmp_path, 1, False, engine="exec",
-                       command=[str(outside), "-q"], cwd=tmp_path)
+    built = Built(Stack("lean", ("iree-base-runtime==3.12.0",)),
+                  str(venv / "bin" / "python"), {}, venv=str(venv))
+    base = exec_options(tmp_path, [str(outside), "-q"])
     why = exec_preflight(built, base)
     assert why.startswith(f"the command '{outside}' is {outside}, a script of /usr/bin/python3,"
                           f" outside stack lean's venv"), why
     base.command = [str(venv / "bin" / "tool")]
     assert exec_preflight(built, base) == ""
+
+
+def test_the_user_s_own_interpreter_runs_under_a_rocm_only_stack_not_under_one_pinning_iree(
+        tmp_path: Path) -> None:
+    """`stacks` without --iree-runtime writes stacks of TheRock wheels alone: the command
+    brings its own IREE (its own venv's python, its PYTHONPATH); only a stack whose venv has
+    a runtime of its own is bypassed by another interpreter."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    rocm_only = Stack("7.11.0a20251124", rocm_requirements=("rocm[libraries]==7.11.0a20251124",))
+    own = exec_options(tmp_path, [sys.executable, "-m", "pytest", "-q"])
+    built = Built(rocm_only, str(venv / "bin" / "python"), {},
+                  ["rocm==7.11.0a20251124", "rocm-sdk-core==7.11.0a20251124"], str(venv))
+    assert exec_preflight(built, own) == ""
+    pinned = Built(Stack("iree-3.12", ("iree-base-runtime==3.12.0", "numpy")),
+                   str(venv / "bin" / "python"), {}, ["iree-base-runtime==3.12.0"], str(venv))
+    assert exec_preflight(pinned, own).startswith(
+        f"the command's interpreter {sys.executable} is not stack iree-3.12's")
+    lacking = exec_options(tmp_path, ["python", "-m", "no_such_runner_here"])
+    assert exec_preflight(built, lacking).endswith(
+        "add it to the stack's requirements, or start the command with your own "
+        "interpreter's path (the stack pins no IREE runtime: the command brings its own)")
