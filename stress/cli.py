@@ -25,8 +25,8 @@ from stress.options import (
     programs_option,
     run_options,
     soak_options_from,
-    stacks_exec_usage,
     split_csv,
+    stacks_exec_usage,
     target_option,
 )
 from stress.ui import Log, Status, erase_live
