@@ -31,7 +31,7 @@ _NOT_LOADABLE = re.compile(r"NOT_FOUND[^\n]{0,80}required module[^\n]{0,120}")
 _RUNTIME_DISTS: frozenset[str] = frozenset({"iree-base-runtime", "iree-runtime"})
 _DIST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a freeze line's or requirement's name
 _PROBE_TIMEOUT_S: float = 60.0  # one interpreter start and two find_spec calls
-_PROBE = """import importlib.util as u, json, sys
+_PROBE = """import importlib.util as u, json, os, sys
 def where(name):
     try:
         s = u.find_spec(name)
@@ -40,8 +40,10 @@ def where(name):
     return (s.origin or next(iter(s.submodule_search_locations or []), "?")) if s else None
 print(json.dumps({"module": where(sys.argv[1]) if sys.argv[1] else "",
                   "runtime": where("iree.runtime")}), flush=True)
-"""  # find_spec, not import: a preloaded fault that kills the process at exit (what is hunted)
-#   or a runtime that crashes on import must not make the check itself fail
+os._exit(0)
+"""  # find_spec, not import, and _exit (no exit handlers nor destructors): a preloaded fault
+#   that kills or stalls the process at exit (what is hunted) or a runtime that crashes on
+#   import must not make the check itself fail or wait out its timeout
 
 
 def command_path(argv0: str, cwd: Path, env: Mapping[str, str]) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from stress.runtimes import provision
 from stress.runtimes.provision import Built
 from stress.runtimes.spec import Stack
@@ -132,3 +134,31 @@ def test_the_user_s_own_interpreter_runs_under_a_rocm_only_stack_not_under_one_p
     assert exec_preflight(built, lacking).endswith(
         "add it to the stack's requirements, or start the command with your own "
         "interpreter's path (the stack pins no IREE runtime: the command brings its own)")
+
+
+_STALL_AT_EXIT = """import atexit, os, threading
+if os.environ.get("STRESS_TEST_STALL_AT_EXIT"):  # the fault under hunt: its exit never ends
+    atexit.register(threading.Event().wait)
+"""
+
+
+def test_start_up_checks_stalled_only_at_their_own_exit_pass_without_waiting_out_their_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stack whose env preloads a fault that stalls at process exit (the seed's other shape)
+    must not be refused as `cannot start: ... timed out` once its imports worked."""
+    from stress.verdicts import setup
+
+    monkeypatch.setattr(provision, "_PROBE_TIMEOUT_S", 10.0)
+    monkeypatch.setattr(setup, "_PROBE_TIMEOUT_S", 10.0)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_STALL_AT_EXIT)
+    env = {"PYTHONPATH": str(site), "STRESS_TEST_STALL_AT_EXIT": "1"}
+    assert provision.preflight(Built(Stack("stalling"), sys.executable, env), {}) == ""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    built = Built(Stack("stalling", ("numpy",)), str(venv / "bin" / "python"), env,
+                  ["numpy==2.0.0"], str(venv))
+    assert exec_preflight(built, exec_options(tmp_path, ["python", "-m", "no_such_runner"])
+                          ).startswith("stack stalling's interpreter")  # the probe answered
