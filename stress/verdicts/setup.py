@@ -212,9 +212,11 @@ def setup_problem(engine: Engine, summary: Mapping[str, Any], stack: str,
             return _not_loadable(m.group(0).strip().rstrip("'\" ;:"), engine, stack,
                                  runtime_version, compiler)
     failed = sum(int(v) for v in summary.get("failures", {}).values())
-    if engine is Engine.EXEC and texts and failed >= int(summary.get("jobs", 0)) > 0:
-        missing = {m.group(1) for t in texts for m in [_NO_MODULE.search(t)] if m}
-        every = all(_NO_MODULE.search(t) for t in texts)
+    outputs = texts[:len(summary.get("signatures", []))]  # what the jobs said (the failures'
+    #   own messages say only how each worker ended: "exited with status 1 while running")
+    if engine is Engine.EXEC and outputs and failed >= int(summary.get("jobs", 0)) > 0:
+        missing = {m.group(1) for t in outputs for m in [_NO_MODULE.search(t)] if m}
+        every = all(_NO_MODULE.search(t) for t in outputs)
         if every and len(missing) == 1:
             return (f"every job failed before any test ran: No module named {missing.pop()} "
                     f"(the command's interpreter under stack {stack} lacks it: add it to the "

@@ -61,6 +61,20 @@ def test_every_exec_job_failing_on_one_missing_module_is_setup_but_a_real_failur
     assert setup_problem(Engine.EXEC, summary(["crash|SIGSEGV|run"], 3, 3), "a", "") == ""
 
 
+def test_every_job_of_a_wrapped_command_failing_on_a_missing_module_is_setup_as_recorded(
+        ) -> None:
+    """`-- sh -c 'python -m pytest'` passes the start-up check (sh is no interpreter); what
+    its soak recorded (a real exec trial's summary: each failure's own message says only how
+    its worker ended) still shows the runner missing. It blamed the good end before."""
+    recorded = summary(["failed||run|||relcache<path>: No module named pytest"], 2, 2)
+    recorded["failures_detail"] = [
+        {"message": f"worker w{i} exited with status 1 while running exec:sh:python -m pytest "
+                    f"[exec] seed={i} n=1"} for i in range(2)]
+    assert setup_problem(Engine.EXEC, recorded, "lean", "").startswith(
+        "every job failed before any test ran: No module named pytest (the command's "
+        "interpreter under stack lean lacks it")
+
+
 def test_an_interrupted_soak_is_an_interruption_not_a_stack_result() -> None:
     why = setup_problem(Engine.PYTHON, summary([], 0, 0, "interrupted",
                                                "interrupted by SIGINT"), "a", "")
