@@ -389,9 +389,9 @@ class SoakTrials:
                       sum(summary["failures"].values()), sigs, harness, str(run_dir),
                       str(manifest.get("iree_runtime") or ""),
                       str(manifest.get("iree_runtime_path") or ""))
-        self.log(f"  {stack} trial {index} (seed {seed}): "
-                 f"{'FAILED' if trial.failed else 'ok'} {trial.failures} failure(s), "
-                 f"{trial.jobs} jobs{'; ' + harness if harness else ''}")
+        self.log(f"  {stack} trial {index} (seed {seed}): " + (
+            f"{trial.jobs} jobs, not counted: {harness}" if harness else
+            f"{'FAILED' if trial.failed else 'ok'} {trial.failures} failure(s), {trial.jobs} jobs"))
         return trial
 
 
