@@ -55,7 +55,12 @@ def command_path(argv0: str, cwd: Path, env: Mapping[str, str]) -> str:
 
 
 def _inside(path: str, folder: str) -> bool:
-    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(folder))
+    """`path` lies in `folder`, as named or through links to the folders on the way (a venv
+    reached through a linked cache folder); never through `path`'s own link (a venv's
+    bin/python links out of the venv)."""
+    named = os.path.abspath(path)
+    return Path(named).is_relative_to(os.path.abspath(folder)) or Path(
+        os.path.realpath(os.path.dirname(named))).is_relative_to(os.path.realpath(folder))
 
 
 def has_own_runtime(built: Any) -> bool:

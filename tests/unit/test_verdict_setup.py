@@ -176,3 +176,21 @@ def test_start_up_checks_stalled_only_at_their_own_exit_pass_without_waiting_out
                   ["numpy==2.0.0"], str(venv))
     assert exec_preflight(built, exec_options(tmp_path, ["python", "-m", "no_such_runner"])
                           ).startswith("stack stalling's interpreter")  # the probe answered
+
+
+def test_the_stack_s_own_interpreter_named_through_another_path_to_its_venv_is_its_own(
+        tmp_path: Path) -> None:
+    """A cache folder reached through a link (the venv built under one path, the command
+    naming another) is still the stack's venv; its bin/python, a link out of it, is never
+    followed."""
+    real = tmp_path / "disk" / "venv"
+    (real / "bin").mkdir(parents=True)
+    (real / "bin" / "python").symlink_to(sys.executable)
+    (tmp_path / "cache").symlink_to(tmp_path / "disk")
+    venv = tmp_path / "cache" / "venv"
+    built = Built(Stack("pinned", ("iree-base-runtime==3.12.0",)), str(venv / "bin" / "python"),
+                  {}, ["iree-base-runtime==3.12.0"], str(venv))
+    assert exec_preflight(built, exec_options(tmp_path, [str(real / "bin" / "python"), "-c",
+                                                         "pass"])) == ""
+    assert exec_preflight(built, exec_options(tmp_path, [sys.executable, "-c", "pass"])
+                          ).startswith(f"the command's interpreter {sys.executable} is not")
