@@ -26,6 +26,7 @@ from stress.options import (
     run_options,
     soak_options_from,
     split_csv,
+    stacks_exec_usage,
     target_option,
 )
 from stress.ui import Log, Status, erase_live
@@ -330,6 +331,7 @@ def compare(**kw: Any) -> None:
     from stress.verdicts import grid as grid_mod
 
     opts = apply_engine(soak_options_from(kw, kw["duration"], False, sys.argv[2:]), kw)
+    stacks_exec_usage(opts)
     log = Log(not (kw["quiet"] or kw["as_json"]))  # lines and live steps, on stderr
     if kw["grid"]:
         cells = grid_mod.run_grid(opts, kw["stacks_file"], kw["a"], kw["b"], kw["trials"],
@@ -368,6 +370,7 @@ def bisect(**kw: Any) -> None:
     from stress.verdicts import bisect as bisect_mod
 
     opts = apply_engine(soak_options_from(kw, kw["duration"], False, sys.argv[2:]), kw)
+    stacks_exec_usage(opts)
     log = Log(not (kw["quiet"] or kw["as_json"]))  # lines and live steps, on stderr
     if kw["p_good"] is not None or kw["p_bad"] is not None:
         click.echo("note: --p-good/--p-bad are ignored: bisect learns both sides' rates from "

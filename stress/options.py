@@ -325,6 +325,22 @@ def apply_engine(opts: Any, kw: dict[str, Any]) -> Any:
     return opts
 
 
+def stacks_exec_usage(opts: Any) -> None:
+    """compare and bisect: the command after `--` and --engine agree and --done-regex
+    compiles, before any stack is built (one line, exit 2; soak says the same words when its
+    run starts). Found only once a stack's trial started, each was an inconclusive verdict."""
+    from stress.engine.execrunner import ExecCommand
+
+    if Engine.of(opts.engine) is not Engine.EXEC:
+        if opts.command:
+            raise UsageError("a command after `--` runs only with --engine exec")
+        return
+    try:
+        ExecCommand(list(opts.command), Path.cwd(), opts.done_regex).validate()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def gpu_devices(spec: str, target: str | None) -> str:
     """`--gpus` as a device list for the target's driver (cuda, else rocm's hip), counting the
     visible GPUs with the telemetry tools."""

@@ -383,8 +383,10 @@ def preflight(built: Built, extra_env: Mapping[str, str]) -> str:
     inconclusive: the soak's driver probe only says that the driver did not load)."""
     env = {**os.environ, **extra_env, **built.env}
     try:
-        proc = subprocess.run([built.python, "-c", f"import numpy, iree.runtime; "
-                               f"print({_IMPORTED!r}, flush=True)"], env=env,
+        proc = subprocess.run([built.python, "-c", f"import numpy, iree.runtime, os; "
+                               f"print({_IMPORTED!r}, flush=True); os._exit(0)"], env=env,
+                              #   (_exit: no exit handlers nor library destructors, where the
+                              #   fault being hunted may stall the check until its timeout)
                               capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{built.python} cannot start: {exc}"

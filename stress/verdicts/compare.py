@@ -373,7 +373,8 @@ class SoakTrials:
             "worker_python": manifest.get("worker_python"),
             **content_facts(built, manifest)}, indent=1).encode())
         problems = check_facts(built, manifest)
-        setup = setup_problem(engine, summary, stack, built.stack.runtime_version)
+        setup = setup_problem(engine, summary, stack, built.stack.runtime_version,
+                              built.stack.compiler)
         harness = ""
         if setup:  # never a result of the stack (Ctrl-C, a module its runtime cannot load)
             harness = setup
@@ -391,9 +392,9 @@ class SoakTrials:
                       sum(summary["failures"].values()), sigs, harness, str(run_dir),
                       str(manifest.get("iree_runtime") or ""),
                       str(manifest.get("iree_runtime_path") or ""))
-        self.log(f"  {stack} trial {index} (seed {seed}): "
-                 f"{'FAILED' if trial.failed else 'ok'} {trial.failures} failure(s), "
-                 f"{trial.jobs} jobs{'; ' + harness if harness else ''}")
+        self.log(f"  {stack} trial {index} (seed {seed}): " + (
+            f"{trial.jobs} jobs, not counted: {harness}" if harness else
+            f"{'FAILED' if trial.failed else 'ok'} {trial.failures} failure(s), {trial.jobs} jobs"))
         return trial
 
 

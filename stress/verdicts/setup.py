@@ -28,8 +28,10 @@ _NO_MODULE = re.compile(r"No module named '?([A-Za-z0-9_.]+)'?")
 _NOT_LOADABLE = re.compile(r"NOT_FOUND[^\n]{0,80}required module[^\n]{0,120}")
 #   the runtime's own words when a module needs what it lacks ("NOT_FOUND; required module
 #   'hal' version 7 ..."): a module from a newer compiler on an older runtime
+_RUNTIME_DISTS: frozenset[str] = frozenset({"iree-base-runtime", "iree-runtime"})
+_DIST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a freeze line's or requirement's name
 _PROBE_TIMEOUT_S: float = 60.0  # one interpreter start and two find_spec calls
-_PROBE = """import importlib.util as u, json, sys
+_PROBE = """import importlib.util as u, json, os, sys
 def where(name):
     try:
         s = u.find_spec(name)
@@ -38,8 +40,10 @@ def where(name):
     return (s.origin or next(iter(s.submodule_search_locations or []), "?")) if s else None
 print(json.dumps({"module": where(sys.argv[1]) if sys.argv[1] else "",
                   "runtime": where("iree.runtime")}), flush=True)
-"""  # find_spec, not import: a preloaded fault that kills the process at exit (what is hunted)
-#   or a runtime that crashes on import must not make the check itself fail
+os._exit(0)
+"""  # find_spec, not import, and _exit (no exit handlers nor destructors): a preloaded fault
+#   that kills or stalls the process at exit (what is hunted) or a runtime that crashes on
+#   import must not make the check itself fail or wait out its timeout
 
 
 def command_path(argv0: str, cwd: Path, env: Mapping[str, str]) -> str:
@@ -51,7 +55,24 @@ def command_path(argv0: str, cwd: Path, env: Mapping[str, str]) -> str:
 
 
 def _inside(path: str, folder: str) -> bool:
-    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(folder))
+    """`path` lies in `folder`, as named or through links to the folders on the way (a venv
+    reached through a linked cache folder); never through `path`'s own link (a venv's
+    bin/python links out of the venv)."""
+    named = os.path.abspath(path)
+    return Path(named).is_relative_to(os.path.abspath(folder)) or Path(
+        os.path.realpath(os.path.dirname(named))).is_relative_to(os.path.realpath(folder))
+
+
+def has_own_runtime(built: Any) -> bool:
+    """Whether the stack's venv brings an IREE runtime (its requirements or `pip freeze` name
+    one). A stack without one is its ROCm side alone (`stacks` without --iree-runtime): the
+    command brings its own IREE, so an interpreter or runtime from outside the venv is how it
+    runs, not a bypass."""
+    for line in [*built.stack.requirements, *built.freeze]:
+        m = _DIST_NAME.match(line.strip())
+        if m and re.sub(r"[-_.]+", "-", m.group(0)).lower() in _RUNTIME_DISTS:
+            return True
+    return False
 
 
 def _script_interpreter(path: str) -> str:
@@ -102,11 +123,13 @@ def _probe(python: str, module: str, env: Mapping[str, str], cwd: Path) -> dict[
 def exec_preflight(built: Any, base: SoakOptions) -> str:
     """Can the command run *in* the stack? '' when it can. Its executable must be found (on
     the PATH the jobs get: the stack's venv first) and executable; a Python interpreter must
-    be the stack's own when the stack has a venv (an absolute path to another venv would run
-    another runtime in every arm alike), must have `-m`'s module (a test runner the stack's
-    venv lacks fails every job the same way in every arm), and must import iree.runtime from
-    the stack's venv. `provision.preflight` asks the stack's interpreter to import
-    iree.runtime, which says nothing about the user's command."""
+    be the stack's own when the stack's venv has an IREE runtime (an absolute path to another
+    venv would run another runtime in every arm alike; a stack of its ROCm side alone leaves
+    the IREE side to the command's own interpreter), must have `-m`'s module (a test runner
+    the stack's venv lacks fails every job the same way in every arm), and must import
+    iree.runtime from the stack's venv when the stack has one. `provision.preflight` asks the
+    stack's interpreter to import iree.runtime, which says nothing about the user's
+    command."""
     from stress.runtimes.provision import command_env
 
     if not base.command:
@@ -121,15 +144,16 @@ def exec_preflight(built: Any, base: SoakOptions) -> str:
     if not exe or not os.path.isfile(exe) or not os.access(exe, os.X_OK):
         return f"the command {base.command[0]!r} is not an executable file under this stack"
     name = built.stack.name
+    pinned = bool(built.venv) and has_own_runtime(built)  # the venv's runtime is the stack's
     if not _PYTHON.fullmatch(os.path.basename(exe)):
         interpreter = _script_interpreter(exe)
-        if built.venv and interpreter and not _inside(interpreter, built.venv):
+        if pinned and interpreter and not _inside(interpreter, built.venv):
             return (f"the command {base.command[0]!r} is {exe}, a script of {interpreter}, "
                     f"outside stack {name}'s venv ({built.venv}): it would run its own "
                     f"runtime under every stack; add its package to the stack's requirements "
                     f"or run it as `python -m ...`")
         return ""
-    if built.venv and not _inside(exe, built.venv):
+    if pinned and not _inside(exe, built.venv):
         return (f"the command's interpreter {exe} is not stack {name}'s ({built.python}): it "
                 f"would run its own runtime under every stack; start the command with "
                 f"`python` (the stack's venv comes first on PATH)")
@@ -138,9 +162,12 @@ def exec_preflight(built: Any, base: SoakOptions) -> str:
     if module and "module" in found and found["module"] is None:
         return (f"stack {name}'s interpreter {exe} has no module {module} (`-m {module}`): "
                 f"every job would fail before any test ran; add it to the stack's "
-                f"requirements")
+                f"requirements" + ("" if pinned or not built.venv else
+                                   ", or start the command with your own interpreter's path "
+                                   "(the stack pins no IREE runtime: the command brings its "
+                                   "own)"))
     runtime = found.get("runtime")
-    if built.venv and runtime and not _inside(str(runtime), built.venv):
+    if pinned and runtime and not _inside(str(runtime), built.venv):
         return (f"the runtime {exe} imports ({Path(str(runtime)).parent}) is not stack "
                 f"{name}'s (its venv {built.venv}): PYTHONPATH or a .pth file puts another "
                 f"first")
@@ -153,11 +180,30 @@ def _failure_texts(summary: Mapping[str, Any]) -> list[str]:
         [str(f.get("message", "")) for f in summary.get("failures_detail", [])]
 
 
+def _not_loadable(said: str, engine: Engine, stack: str, runtime_version: str,
+                  compiler: str) -> str:
+    """The one line for programs a runtime cannot load: which pin would fix it, when one can.
+    Under --engine exec the programs are the command's own (the stack's `compiler` makes only
+    our corpus's); a stack whose compiler pin is its runtime's has no pin left to change."""
+    if engine is Engine.EXEC:
+        return (f"under stack {stack} the command's runtime cannot load its programs ({said}): "
+                f"they were compiled by another IREE version than the runtime the command "
+                f"imported; rebuild them with that runtime's compiler")
+    if compiler and compiler == runtime_version:
+        return (f"stack {stack}'s runtime cannot load the programs of its own compiler "
+                f"{compiler} ({said}): its runtime and compiler pins do not fit together")
+    pin = f'compiler = "{runtime_version}"' if runtime_version else \
+        "compiler = \"<its runtime's version>\""
+    return (f"stack {stack}'s runtime cannot load the programs ({said}): they were compiled "
+            f"by another IREE version; the stack needs `{pin}`")
+
+
 def setup_problem(engine: Engine, summary: Mapping[str, Any], stack: str,
-                  runtime_version: str) -> str:
+                  runtime_version: str, compiler: str = "") -> str:
     """Why a finished soak says nothing about its stack, from what it recorded ('' when it
     may be a result): it was interrupted (Ctrl-C: its jobs were cut short, not failed);
-    the stack's runtime could not load the programs (a compiler the stack does not pin);
+    the stack's runtime could not load the programs (a compiler the stack does not pin, or
+    under --engine exec the command's own programs); `compiler`: the one the stack pins;
     every job of the user's command failed on a missing module before any test ran."""
     status = summary.get("status")
     if status == RunStatus.INTERRUPTED:
@@ -168,15 +214,14 @@ def setup_problem(engine: Engine, summary: Mapping[str, Any], stack: str,
     for text in texts:
         m = _NOT_LOADABLE.search(text)
         if m:
-            pin = f'compiler = "{runtime_version}"' if runtime_version else \
-                "compiler = \"<its runtime's version>\""
-            said = m.group(0).strip().rstrip("'\" ;:")
-            return (f"stack {stack}'s runtime cannot load the programs ({said}): they were "
-                    f"compiled by another IREE version; the stack needs `{pin}`")
+            return _not_loadable(m.group(0).strip().rstrip("'\" ;:"), engine, stack,
+                                 runtime_version, compiler)
     failed = sum(int(v) for v in summary.get("failures", {}).values())
-    if engine is Engine.EXEC and texts and failed >= int(summary.get("jobs", 0)) > 0:
-        missing = {m.group(1) for t in texts for m in [_NO_MODULE.search(t)] if m}
-        every = all(_NO_MODULE.search(t) for t in texts)
+    outputs = texts[:len(summary.get("signatures", []))]  # what the jobs said (the failures'
+    #   own messages say only how each worker ended: "exited with status 1 while running")
+    if engine is Engine.EXEC and outputs and failed >= int(summary.get("jobs", 0)) > 0:
+        missing = {m.group(1) for t in outputs for m in [_NO_MODULE.search(t)] if m}
+        every = all(_NO_MODULE.search(t) for t in outputs)
         if every and len(missing) == 1:
             return (f"every job failed before any test ran: No module named {missing.pop()} "
                     f"(the command's interpreter under stack {stack} lacks it: add it to the "

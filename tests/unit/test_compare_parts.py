@@ -267,3 +267,18 @@ def test_a_stack_compiler_that_fails_is_one_line_naming_the_stack_file_and_line(
     assert said.endswith(f"(`iree-stress compile --verbose --target cpu:generic --mlir {bad}` "
                          f"with {iree_compile} in place of the tool's iree-compile shows each "
                          f"in full)"), said
+
+
+def test_a_trial_that_is_not_a_result_says_so_in_its_progress_line_not_ok(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during a trial: its line read `ok 0 failure(s), 0 jobs; interrupted by SIGINT:
+    not a result ...` (issue 38: setup is never a verdict, not even in the progress)."""
+    venv = tmp_path / "venv"
+    summary = summary_of("3.12.0rc1", str(venv / "lib" / "iree" / "runtime"),
+                         status="interrupted", stop_reason="interrupted by SIGINT", jobs=0)
+    trials, _ = soak_trials(tmp_path, summary, monkeypatch, str(venv))
+    lines: list[str] = []
+    trials.log = lines.append
+    t = trials.run("b", 0, 1)
+    assert t.harness.startswith("interrupted by SIGINT: not a result")
+    assert lines == [f"  b trial 0 (seed 1): 0 jobs, not counted: {t.harness}"], lines

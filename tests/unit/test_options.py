@@ -156,3 +156,27 @@ def test_no_compiler_here_says_what_to_do_with_options_that_exist(
     said = str(err.value)
     assert "pip install iree-base-compiler" in said and "--artifacts DIR" in said
     assert "--compiler" not in said
+
+
+# ---- issue 38: compare and bisect refuse an engine/command mismatch as a usage error -------
+@pytest.mark.parametrize("verb", [["compare", "a", "b", "--trials", "1"],
+                                  ["bisect", "--good", "a", "--bad", "b"]])
+@pytest.mark.parametrize(("args", "said"), [
+    (["--engine", "exec"], "--engine exec needs a command after `--`"),
+    (["--", "true"], "a command after `--` runs only with --engine exec"),
+    (["--engine", "exec", "--done-regex", "(", "--", "true"], "--done-regex '(': missing )"),
+])
+def test_compare_and_bisect_say_a_command_and_engine_mismatch_in_one_line_with_exit_2(
+        tmp_path: Path, verb: list[str], args: list[str], said: str) -> None:
+    """Found only in a stack's first trial, each was an inconclusive verdict (exit 3) with a
+    whole posterior table."""
+    from tests.conftest import run_cli
+
+    stacks = tmp_path / "s.toml"
+    stacks.write_text('[stacks.a]\n\n[stacks.b]\nenv = { X = "1" }\n')
+    res = run_cli(*verb, "--stacks", str(stacks), "-n", "1", "--results",
+                  str(tmp_path / "out"), *args, cwd=tmp_path)
+    assert (res.rc, res.stdout) == (2, ""), res.stdout + res.stderr
+    assert res.stderr.startswith(f"iree-stress: error: {said}") and \
+        res.stderr.count("\n") == 1, res.stderr
+    assert not (tmp_path / "out").exists()
