@@ -99,9 +99,14 @@ class JobResult:
         failed (`window` when the caller snapshotted it already, e.g. on a helper thread)."""
         key = n.key()
         self.counts[key] = self.counts.get(key, 0) + 1
-        if len(self.failures) < _MAX_NOTES:
+        if self.keeps_note():
             n.steps, n.in_flight, n.native_tid = window or snapshot(writer)
             self.failures.append(n)
+
+    def keeps_note(self) -> bool:
+        """Whether the next failure's note is kept (sent with its detail); past the first
+        few only its count is."""
+        return len(self.failures) < _MAX_NOTES
 
     def count_release(self, full: bool | None) -> None:
         if full is None:
@@ -350,10 +355,13 @@ class Expectation:
         self.golden: list[bytes] | None = None
         self._lock = threading.Lock()
 
-    def check(self, outs: list[HostArray]) -> tuple[bool, bool, str, dict[str, Any] | None]:
+    def check(self, outs: list[HostArray], detail: bool = True
+              ) -> tuple[bool, bool, str, dict[str, Any] | None]:
         """(ok, bit_identical_to_golden, message, evidence of a miscompare: `mismatch`'s, the
         first time this process sees the program miscompare). Fast path: a byte compare
-        with the golden."""
+        with the golden. `detail` False (the miscompare's note would not be kept: only its
+        count is) gives the message's first line only and no evidence, and costs nothing
+        past the check: on a program that is always wrong, every invocation miscompares."""
         if self.off:
             return True, True, "", None
         golden = self.golden
@@ -363,10 +371,10 @@ class Expectation:
                     return True, True, "", None
             elif all(o.tobytes() == g for o, g in zip(outs, golden, strict=True)):
                 return True, True, "", None
-        return self._slow_check(outs)
+        return self._slow_check(outs, detail)
 
-    def _slow_check(self, outs: list[HostArray]) -> tuple[bool, bool, str,
-                                                          dict[str, Any] | None]:
+    def _slow_check(self, outs: list[HostArray], detail: bool
+                    ) -> tuple[bool, bool, str, dict[str, Any] | None]:
         from stress.programs import reference
 
         golden = self.golden
@@ -375,7 +383,8 @@ class Expectation:
                 if not reference.matches(self.dtypes[i], o, e):
                     err = reference.max_error(self.dtypes[i], o, e)
                     return self._miscompare(i, o, e, f"output {i} differs from the numpy "
-                                                     f"reference (max abs error {err:.3g})")
+                                                     f"reference (max abs error {err:.3g})",
+                                            detail)
         elif golden is not None:
             for i, (o, g) in enumerate(zip(outs, golden, strict=False)):
                 ref = np.frombuffer(g, dtype=o.dtype).reshape(o.shape)
@@ -383,26 +392,29 @@ class Expectation:
                     dt = dtypes.get(self.dtypes[i])
                     first = dt.decode(ref) if dt.is_float else ref
                     return self._miscompare(i, o, first, f"output {i} differs from the first "
-                                                         "result of this job")
+                                                         "result of this job", detail)
         with self._lock:
             if self.golden is None:
                 self.golden = [o.tobytes() for o in outs]
                 return True, True, "", None
         return True, False, "", None
 
-    def _miscompare(self, i: int, actual: HostArray, expected: HostArray, head: str
-                    ) -> tuple[bool, bool, str, dict[str, Any] | None]:
+    def _miscompare(self, i: int, actual: HostArray, expected: HostArray, head: str,
+                    detail: bool) -> tuple[bool, bool, str, dict[str, Any] | None]:
         """The failed check: its first line (what signatures group on, as before), a second
         naming the program, dtype, tolerance and first differing element, and the evidence
-        for the failure's folder (once per program and process: the folder needs one)."""
+        for the failure's folder (once per program and process: the folder needs one; the
+        arrays are encoded for that one only)."""
         from stress.engine import mismatch
 
-        dt = dtypes.get(self.dtypes[i])
-        ev = mismatch.evidence(self.program, self.seed, self.inputs, i, self.dtypes[i], actual,
-                               expected, dt.rtol, dt.atol)
+        if not detail:
+            return False, False, head, None
         with _EVIDENCED_LOCK:
             first = self.program.name not in _EVIDENCED
             _EVIDENCED.add(self.program.name)
+        dt = dtypes.get(self.dtypes[i])
+        ev = mismatch.evidence(self.program, self.seed, self.inputs, i, self.dtypes[i], actual,
+                               expected, dt.rtol, dt.atol, arrays=first)
         return False, False, f"{head}\n{mismatch.detail(ev)}", ev if first else None
 
 
@@ -435,7 +447,8 @@ def timed_call(lp: LoadedProgram, inputs: list[HostArray], writer: SlotWriter, d
     corrupted_at = corrupt_pending.pop(writer.slot, None) if corrupt_pending else None
     if corrupted_at is not None and outs and outs[0].size:
         _corrupt(outs[0])
-    ok, identical, message, ev = expect.check(outs)  # numpy only: not a journaled HAL step
+    # numpy only: not a journaled HAL step
+    ok, identical, message, ev = expect.check(outs, detail=result.keeps_note())
     if ok:
         result.ok += 1
         result.nondeterministic += not identical

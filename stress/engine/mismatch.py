@@ -57,10 +57,11 @@ def _npy(arr: HostArray) -> str:
 
 
 def evidence(program: Any, seed: int, inputs: list[HostArray], output: int, dtype: str,
-             actual: HostArray, expected: HostArray, rtol: float, atol: float) -> dict[str, Any]:
+             actual: HostArray, expected: HostArray, rtol: float, atol: float,
+             arrays: bool = True) -> dict[str, Any]:
     """A miscompare as JSON-able data: what was run, the tolerance, how many elements differ,
     the first FIRST_DIFFERING of them (index, each input there, expected, actual and its
-    stored bits), and the arrays themselves when small (base64 `.npy`)."""
+    stored bits), and the arrays themselves when small (base64 `.npy`) and `arrays`."""
     bad = differing(dtype, actual, expected, rtol, atol) if actual.shape == expected.shape \
         else np.ones(actual.shape, dtype=bool)
     a, e = _values(dtype, actual), expected.astype(np.float64)
@@ -87,7 +88,7 @@ def evidence(program: Any, seed: int, inputs: list[HostArray], output: int, dtyp
                                                    if dtypes.get(dtype).is_float else "exact"},
         "elements": int(actual.size), "differing": int(bad.sum()), "first": first,
         "max_abs_error": _max_abs(a, e), "arrays": {}}
-    if actual.size <= SMALL_ELEMENTS and all(x.size <= SMALL_ELEMENTS for x in inputs):
+    if arrays and actual.size <= SMALL_ELEMENTS and all(x.size <= SMALL_ELEMENTS for x in inputs):
         out["arrays"] = {**{f"input-{i}": _npy(x) for i, x in enumerate(inputs)},
                          "expected": _npy(expected), "actual": _npy(actual)}
     return out

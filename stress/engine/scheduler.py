@@ -51,7 +51,12 @@ def _only(stream: Iterator[Job], q: Queue, engine: str) -> Iterator[Job]:
 
 class JobSupply:
     """The plan's jobs, queue by queue, up to --invocations; `close()` (the run is stopping)
-    ends every draw from the plan, while jobs already queued or given back still come out."""
+    ends every draw from the plan, while jobs already queued or given back still come out.
+
+    --invocations cuts the plan in plan order: the jobs run are the plan's first ones up to
+    that many invocations, whichever queue asks first (the pool's workers and the one-job
+    processes ask as fast as they run; counted in the order they asked, a slow start of one
+    queue let the other take the whole budget, and which patterns ran depended on speed)."""
 
     def __init__(self, config: SoakConfig,
                  stream: Callable[[], Iterable[Job]] | None = None):
@@ -59,8 +64,13 @@ class JobSupply:
         self.engine = config.engine
         self.limit = config.invocations
         self.planned_invocations = config.planned_before  # a resumed plan's earlier runs
-        self.done = False  # the plan is used up (or --invocations reached)
+        self.done = False  # the plan is used up (or --invocations reached) in every queue
         self.closed = False
+        self.spent: set[Queue] = set()  # queues whose part of the plan is used up
+        self.cutoff: int | None = None  # the first job index past --invocations (plan order)
+        self.counted_to = config.first_job  # plan jobs before this index are counted
+        if self.limit is not None and self.planned_invocations >= self.limit:
+            self.cutoff = config.first_job  # a resumed plan that had run them all
 
         def plan() -> Iterator[Job]:
             if stream is not None:
@@ -70,6 +80,7 @@ class JobSupply:
 
         self.streams: dict[Queue, Iterator[Job]] = {
             q: _only(plan(), q, config.engine) for q in Queue}
+        self.ledger: Iterator[Job] = iter(plan())  # the whole plan, counted for the cutoff
         self.queues: dict[Queue, deque[Job]] = {q: deque() for q in Queue}
         self.enabled: dict[Queue, bool] = {
             q: any(queue_of(p, config.engine) is q for p in config.patterns) for q in Queue}
@@ -78,19 +89,36 @@ class JobSupply:
         self.closed = True
 
     def _pull(self, q: Queue) -> bool:
-        """Moves one job of the seeded plan into its queue. False when the plan is done."""
-        if self.done or self.closed:
-            return False
-        if self.limit is not None and self.planned_invocations >= self.limit:
-            self.done = True
+        """Moves one job of the seeded plan into its queue. False when the queue's part of
+        the plan is done."""
+        if self.done or self.closed or q in self.spent:
             return False
         job = next(self.streams[q], None)
-        if job is None:  # a finite plan (the seeded one never ends)
-            self.done = True
+        if job is None or not self._within_limit(job):  # (a finite plan: the seeded one
+            self.spent.add(q)                              #   never ends)
+            self.done = all(x in self.spent for x in Queue if self.enabled[x])
             return False
-        self.planned_invocations += job.invocations
         self.queues[q].append(job)
         return True
+
+    def _within_limit(self, job: Job) -> bool:
+        """Whether `job` is among the plan's jobs up to --invocations, counted in plan order
+        (the job that reaches the limit is the last one in)."""
+        if self.limit is None:
+            return True
+        while self.cutoff is None and job.index >= self.counted_to:
+            counted = next(self.ledger, None)
+            if counted is None:
+                break
+            self.planned_invocations += counted.invocations
+            self.counted_to = counted.index + 1
+            if self.planned_invocations >= self.limit:
+                self.cutoff = self.counted_to
+        return self.cutoff is None or job.index < self.cutoff
+
+    def exhausted(self, q: Queue) -> bool:
+        """No more of the plan for queue `q`: what is queued is the last of it."""
+        return self.done or q in self.spent
 
     def next(self, q: Queue) -> Job | None:
         """The next job for queue `q`, or None (nothing queued and nothing more planned)."""

@@ -114,7 +114,8 @@ class Session:
                 h.send_jobs(self.supply.for_pool(len(h.outstanding),
                                                  h.room(2 * self.cfg.threads)))
             if h.state is State.RUNNING and not h.outstanding and (
-                    h.retiring or (self.supply.done and not self.supply.queued(Queue.POOL))):
+                    h.retiring or (self.supply.exhausted(Queue.POOL) and
+                                 not self.supply.queued(Queue.POOL))):
                 h.stop()
         ephemeral = [h for h in self.workers.values() if h.ephemeral and not
                      (h.judge is not None and h.proc.returncode is not None)]  # exited tool

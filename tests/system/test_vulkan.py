@@ -51,8 +51,10 @@ def test_a_vulkan_runs_header_names_loader_and_icd_and_a_miscompare_its_program_
     driver = said["driver"]
     assert driver.startswith("vulkan, library "), driver
     assert "libvulkan.so.1" in driver and "(Vulkan loader)" in driver, driver
-    assert "libvulkan_lvp.so (Vulkan ICD)" in driver, driver
-    assert "llvmpipe" in said["device"]
+    # lavapipe in CI; a developer's GPU (the first device) names its own ICD
+    lavapipe = "llvmpipe" in _USABLE["names"][0]
+    assert ("libvulkan_lvp.so (Vulkan ICD)" if lavapipe else "(Vulkan ICD)") in driver, driver
+    assert _USABLE["names"][0].split(" (")[0] in said["device"], said["device"]
     assert f"programs      unary.neg.i8.64x64 (i8) {s['invocations']}" in report.stdout, \
         report.stdout
     (folder,) = (run / "failures").iterdir()
@@ -85,14 +87,18 @@ def test_a_vulkan_soak_runs_every_pattern_clean_on_the_programs_the_default_targ
 def test_a_vulkan_soak_of_the_whole_corpus_fails_only_by_the_known_narrow_type_miscompile(
         tmp_path: Path) -> None:
     run = tmp_path / "r"
-    # bounded by invocations, not time: a plan of 300 holds every pattern (a block of 7 jobs
-    #   is 288 invocations), where 30 s on a loaded machine may end before one pattern began
+    # bounded by invocations, not time: the plan's first 300 invocations hold every pattern (a
+    #   block of 7 jobs is 288), cut in plan order whichever queue starts first
+    #   (test_scheduler.py), where 30 s on a loaded machine may end before one pattern began
     res = run_cli("soak", "--target", "vulkan", "--programs", "*.64x64*", "--invocations",
                   "300", "--workers", "2", "--seed", "37", "--json", "-q", "--results",
                   str(run), timeout=1200)
     s = res.json()
-    assert res.rc in (0, 1) and not any(n for c, n in s["failures"].items()
-                                        if c != "miscompare"), s["failures"]
+    # the plan (seed 37) holds f16, bf16 and i8 programs: what a user sees is exit 1 by
+    #   miscompares only, and all of them known
+    assert res.rc == 1 and s["failures"]["miscompare"] > 0 and \
+        not any(n for c, n in s["failures"].items() if c != "miscompare"), s["failures"]
     known = run_cli("report", str(run), "--known", str(KNOWN))
-    assert known.rc == 0, known.stdout
+    assert known.rc == 0 and "KNOWN " in known.stdout and "NEW " not in known.stdout, \
+        known.stdout
     assert set(family(Family.CORE)) <= {p for p, n in s["patterns"].items() if n}

@@ -134,3 +134,71 @@ def test_the_recorder_gives_a_programs_first_miscompare_a_folder_and_no_more(
     for name in ("input-0.npy", "expected.npy", "actual.npy", "miscompare.json",
                  "miscompare.txt", "repro.sh", "job.json", "failure.json"):
         assert (folder / name).exists(), name
+
+
+class _WrongEveryTime:
+    """A loaded program whose every call returns the default Vulkan target's wrong negate."""
+
+    def __init__(self, wrong: Any) -> None:
+        self.wrong, self.calls = wrong, 0
+
+    def call(self, _inputs: Any, _writer: Any, _device_id: int) -> list[Any]:
+        self.calls += 1
+        return [self.wrong.copy()]
+
+
+def _counting_evidence(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    built: list[bool] = []  # one entry per evidence built: whether it kept the arrays
+    real = mismatch.evidence
+
+    def counted(*args: Any, **kw: Any) -> dict[str, Any]:
+        ev = real(*args, **kw)
+        built.append(bool(ev["arrays"]))
+        return ev
+
+    monkeypatch.setattr(mismatch, "evidence", counted)
+    return built
+
+
+def test_a_job_whose_every_invocation_miscompares_builds_evidence_only_for_its_kept_notes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hot path: past the job's kept notes a miscompare is counted, not described (on the
+    default Vulkan target every narrow-type invocation miscompares), and the arrays are
+    encoded once per program and process."""
+    from stress.engine.journal import JournalWriter
+
+    built = _counting_evidence(monkeypatch)
+    program = corpus.by_name()["unary.neg.f16.64x64"]
+    inputs = make_inputs(program, 4)
+    lp = _WrongEveryTime(_vulkan_wrong_neg(inputs))
+    writer = JournalWriter(tmp_path / "journal.bin", slots=1).acquire()
+    expect, result = Expectation(program, 4, inputs), JobResult()
+    for i in range(40):
+        invocation.timed_call(lp, inputs, writer, 0, expect, result, i)  # type: ignore[arg-type]
+    assert result.miscompare == 40 and sum(result.counts.values()) == 40
+    assert len(result.failures) == invocation._MAX_NOTES
+    assert built == [True] + [False] * (invocation._MAX_NOTES - 1)
+    assert result.failures[0].evidence is not None
+    assert all(len(f.message.splitlines()) == 2 for f in result.failures)
+
+
+def test_a_programs_evidence_is_not_spent_on_a_note_the_job_does_not_keep(
+        tmp_path: Path) -> None:
+    """A job that already has its notes (errors first) counts the miscompare without its
+    evidence, and the program's next kept note in this process still carries it."""
+    from stress.engine.invocation import FailureNote
+    from stress.engine.journal import JournalWriter
+
+    program = corpus.by_name()["unary.neg.f16.64x64"]
+    inputs = make_inputs(program, 5)
+    lp = _WrongEveryTime(_vulkan_wrong_neg(inputs))
+    writer = JournalWriter(tmp_path / "journal.bin", slots=1).acquire()
+    expect, full = Expectation(program, 5, inputs), JobResult()
+    for i in range(invocation._MAX_NOTES):
+        full.note(FailureNote("error", "call", f"error {i}", i, 0), writer)
+    invocation.timed_call(lp, inputs, writer, 0, expect, full, 9)  # type: ignore[arg-type]
+    assert full.miscompare == 1 and all(f.cls == "error" for f in full.failures)
+    later = JobResult()
+    invocation.timed_call(lp, inputs, writer, 0, expect, later, 0)  # type: ignore[arg-type]
+    (note,) = later.failures
+    assert note.evidence is not None and note.evidence["program"] == program.name
