@@ -102,3 +102,26 @@ def test_a_core_still_being_written_is_claimed_under_its_process_s_pid_not_a_thr
     found = postmortem.find_core(3002, cwd, 0.0, dest, since_wall=0.0)
     assert found[0] == dest / "core.3002" and found[1] is not None and found[1].pid == 3002
     assert found[1].tids == [3005, 3002]
+
+
+def test_a_crash_s_core_leaves_the_shared_folder_when_its_exit_is_seen_not_when_gdb_is_free(
+        tmp_path: Path) -> None:
+    """Two post-mortem readers run gdb for many seconds each on a loaded host (28 s for one
+    core of IREE's runtime tests); a core left in the shared folder meanwhile is overwritten
+    by the next copy's crash (issue 36's second real suite: 'core overwritten by another
+    process'). The core is claimed as the crash is recorded, before its read is queued."""
+    from stress.engine.recorder import Recorder
+
+    class Busy:  # both readers busy: nothing queued runs yet
+        def submit(self, *_a: object, **_k: object) -> None:
+            return None
+
+    cwd, dest = tmp_path / "suite", tmp_path / "run" / "cores" / "children"
+    cwd.mkdir()
+    fake_core(cwd / "core", 4001, [4001], 11)
+    rec = Recorder.__new__(Recorder)
+    rec._readers = Busy()  # type: ignore[assignment]
+    rec.read_crash(4001, "/usr/bin/python3", cwd, "", since_wall=0.0, tids=[], claim_dir=dest)
+    assert not (cwd / "core").exists()
+    notes = postmortem.read_core_notes(dest / "core.4001")
+    assert notes is not None and notes.pid == 4001
