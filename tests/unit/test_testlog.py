@@ -136,7 +136,8 @@ def test_every_runner_says_how_many_tests_it_ran_and_a_run_of_none_is_told_apart
     ran = {name: testlog.summarize(log(name)).ran()
            for _, names in RUNNER_LOGS.values() for name in names}
     assert ran == {"pytest.txt": 6, "pytest-q.txt": 6, "pytest-skipped.txt": 0,
-                   "pytest-none.txt": 0, "pytest-subtests.txt": 2, "ctest.txt": 4, "ctest-pass.txt": 2,
+                   "pytest-none.txt": 0, "pytest-subtests.txt": 2, "ctest.txt": 4,
+                   "ctest-pass.txt": 2,
                    "ctest-none.txt": 0, "gtest.txt": 4, "gtest-pass.txt": 2,
                    "gtest-none.txt": 0, "catch2.txt": 3, "catch2-pass.txt": 2,
                    "catch2-none.txt": 0}
