@@ -10,8 +10,9 @@ from collections import defaultdict
 from typing import Any
 
 from stress.analysis.report import Report
-from stress.analysis.text import failure_counts
+from stress.analysis.text import command_processes_text, failure_counts, tests_text
 from stress.keys import message_key
+from stress.vocab import Engine
 
 _ERROR_CLASSES = {"crash", "hang", "teardown_hang", "error"}  # <error>; miscompare: <failure>
 
@@ -43,8 +44,12 @@ def render(r: Report) -> str:
     props = ET.SubElement(suite, "properties")  # what was tested (header.py)
     t = r.totals
     exits = t.process_exits
-    for name, value in [*r.header, ("jobs", f"{t.jobs}"), ("invocations", f"{t.invocations}"),
-                        ("process exits", f"{sum(exits.values())}"),
+    counts = [("invocations", f"{t.invocations}"), ("process exits", f"{sum(exits.values())}")]
+    exec_run = t.engines == {Engine.EXEC.value}
+    if exec_run:  # the user's command: its tests and processes, as the summary says them
+        counts = [("tests", tests_text(t.as_dict())),
+                  ("command processes", command_processes_text(t.as_dict()))]
+    for name, value in [*r.header, ("jobs", f"{t.jobs}"), *counts,
                         ("failures", failure_counts(t.failures)), ("headline", r.headline())]:
         ET.SubElement(props, "property", name=name, value=value)
     failures = errors = 0
@@ -63,8 +68,9 @@ def render(r: Report) -> str:
             el = ET.SubElement(case, tag, type=s.cls,
                                message=f"{s.id} [{status}]: {n} x {s.describe()}"[:1000])
             rate = f"\nrate: {s.rate.describe()}" if s.rate else ""
+            work = "" if exec_run else f", {c['invocations']:,} invocations"
             el.text = (f"signature {s.id} ({status}): {s.describe()}\noccurrences here: {n} in "
-                       f"{c['jobs']:,} job(s), {c['invocations']:,} invocations{rate}\n"
+                       f"{c['jobs']:,} job(s){work}{rate}\n"
                        f"evidence: {example or s.example or '-'}\n")
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(failures))

@@ -34,6 +34,8 @@ class CoreNotes:
     name: str = ""
     args: str = ""
     files: list[str] = field(default_factory=list)
+    whole: bool = True  # the notes segment read in full, NT_PRPSINFO (the pid) among it: a
+    #   core still being written may hold only its crashing thread's NT_PRSTATUS so far
 
     def executable(self) -> str | None:
         """The mapped file whose name the process bears (its comm is the executable's
@@ -67,13 +69,15 @@ def read_core_notes(path: Path) -> CoreNotes | None:
                                                                          i * phentsize)
                 if p_type == _PT_NOTE:
                     f.seek(p_offset)
-                    return _parse_notes(f.read(min(p_filesz, 64 << 20)))
+                    want = min(p_filesz, 64 << 20)
+                    data = f.read(want)
+                    return _parse_notes(data, len(data) == want)
     except (OSError, struct.error):
         return None
     return None
 
 
-def _parse_notes(data: bytes) -> CoreNotes | None:
+def _parse_notes(data: bytes, whole: bool = True) -> CoreNotes | None:
     pid: int | None = None
     tids: list[int] = []
     sig, p = 0, 0
@@ -96,7 +100,8 @@ def _parse_notes(data: bytes) -> CoreNotes | None:
         p = desc + ((descsz + 3) & ~3)
     if not tids:
         return None
-    return CoreNotes(pid if pid is not None else tids[0], tids[0], sig, tids, **extra)
+    return CoreNotes(pid if pid is not None else tids[0], tids[0], sig, tids,
+                     whole=whole and pid is not None, **extra)
 
 
 def _cstr(raw: bytes) -> str:
@@ -113,6 +118,7 @@ def _mapped_files(desc: bytes) -> list[str]:
 
 # ---- taking a core out of a shared folder ----------------------------------------------
 _CLAIMING: str = ".claiming-"  # a core being claimed: renamed, its notes not read yet
+_UNCLAIMED: str = "unclaimed"  # one whose notes never came whole and could not go back
 CLAIM_WAIT_S: float = 1.0  # another reader's claim in flight (two renames and a notes read:
 #   milliseconds; a loaded box may stall it for a while)
 
@@ -132,13 +138,14 @@ def claim(path: Path, dest: Path) -> tuple[Path, CoreNotes] | None:
         os.rename(path, tmp)
     except OSError:
         return None
-    notes = read_core_notes(tmp)
-    if notes is None:  # replaced by a core whose notes are not written yet: back it goes
+    notes = _whole_notes(tmp)
+    if notes is None:  # not a core, or one whose notes are still not written: back it goes
         try:
             os.link(tmp, path)  # (never over a newer one)
-            os.unlink(tmp)
-        except OSError:
-            pass
+        except OSError:  # a newer core is there: out of the way of claims in flight (the
+            _rename(tmp, dest / f"{_UNCLAIMED}{tmp.name}")  # run's end sweeps it)
+        else:
+            _unlink(tmp)
         return None
     target = dest / f"core.{notes.pid}"
     try:
@@ -150,6 +157,34 @@ def claim(path: Path, dest: Path) -> tuple[Path, CoreNotes] | None:
     except OSError:
         pass
     return target, notes
+
+
+def _whole_notes(path: Path) -> CoreNotes | None:
+    """The notes of a core being claimed once the kernel has written them all: a core still
+    being written (another copy's process dumping now) holds only part of them, the
+    crashing thread's NT_PRSTATUS before the NT_PRPSINFO that names the process; named by
+    that thread's id it would never be found by its process's reader (issue 36). The kernel
+    writes on into the file moved (it holds it open), so this waits, bounded."""
+    deadline = time.monotonic() + CLAIM_WAIT_S
+    while True:
+        notes = read_core_notes(path)
+        if notes is not None and notes.whole or time.monotonic() >= deadline:
+            return notes if notes is not None and notes.whole else None
+        time.sleep(0.02)
+
+
+def _rename(src: Path, dst: Path) -> None:
+    try:
+        os.rename(src, dst)
+    except OSError:
+        pass
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def claimed(pid: int, dest: Path, wait_s: float = 0.0) -> tuple[Path, CoreNotes] | None:

@@ -219,14 +219,11 @@ def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S,
         got = claimed(pid, claim_dir)
         if got is not None:
             return got[0], got[1], ""
-    for g in core_globs(pattern, pid, cwd, uses_pid=uses_pid):
+        got, rivals = claim_cores(pid, cwd, claim_dir)
+        if got is not None:
+            return got[0], got[1], ""
+    for g in core_globs(pattern, pid, cwd, uses_pid=uses_pid) if claim_dir is None else []:
         for hit in sorted(glob.glob(g), key=lambda p: -_mtime(p)):
-            if claim_dir is not None:
-                got = claim(Path(hit), claim_dir)
-                if got is not None and got[1].pid == pid:
-                    return got[0], got[1], ""
-                rivals += [got[1].pid] if got is not None else []
-                continue
             notes = read_core_notes(Path(hit))
             if notes is not None and notes.pid == pid:
                 return Path(hit), notes, ""
@@ -248,6 +245,27 @@ def find_core(pid: int, cwd: Path, budget_s: float = _PIPE_CORE_WAIT_S,
         return None, None, f"core_pattern pipes cores to {pattern[1:].split()[0]!r}"
     return None, None, (f"no core of {pid} (core_pattern {pattern!r}; the core size limit, "
                         "a full disk or an unwritable cwd prevent one)")
+
+
+def claim_cores(pid: int, cwd: Path, claim_dir: Path
+                ) -> tuple[tuple[Path, CoreNotes] | None, list[int]]:
+    """Every core in `cwd` (a folder copies share) claimed into `claim_dir` (`claim`): (the
+    core of `pid`, if one was there, the pids of the others). Milliseconds (renames and
+    notes): done as a crash is recorded, before its read waits for a free reader, since the
+    next copy's crash overwrites a core left there (issue 36)."""
+    pattern, uses_pid = read_core_pattern()
+    mine: tuple[Path, CoreNotes] | None = None
+    rivals: list[int] = []
+    if pattern.startswith("|"):
+        return None, rivals
+    for g in core_globs(pattern, pid, cwd, uses_pid=uses_pid):
+        for hit in sorted(glob.glob(g), key=lambda p: -_mtime(p)):
+            got = claim(Path(hit), claim_dir)
+            if got is not None and got[1].pid == pid and mine is None:
+                mine = got
+            elif got is not None:
+                rivals.append(got[1].pid)
+    return mine, rivals
 
 
 def discard_core(pid: int, cwd: Path, claim_dir: Path | None = None) -> Path | None:

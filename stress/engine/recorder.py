@@ -221,6 +221,8 @@ class Recorder:
         """A crash's native stacks, read post mortem (core + gdb, ...) in the background: gdb
         on a core takes ~1 s (10 s for a CUDA process), so a crash storm (the incident's
         40-60% of exits) never stalls the soak or its other workers."""
+        if claim_dir is not None:  # out of the shared folder now, not when a reader is free
+            postmortem.claim_cores(pid, core_dir, claim_dir)
         if self._readers is None:
             self._readers = ThreadPoolExecutor(_CRASH_READERS, thread_name_prefix="post-mortem")
         return self._readers.submit(evidence.collect_crash, pid, exe, core_dir, stderr,

@@ -83,8 +83,9 @@ def _add(out: list[str], test_id: str) -> None:
 # ---- pytest -------------------------------------------------------------------------------
 _PYTEST_SHORT = re.compile(r"^(FAILED|ERROR) (.+?)(?: - .*)?$")
 _PYTEST_VERBOSE = re.compile(r"^(\S+::\S+?) (FAILED|ERROR)\b")
-_PYTEST_TOTALS = re.compile(r"^(?:=+ )?((?:\d+ [a-z]+(?:, )?)+) in [\d.]+s\b.*?(?: =+)?$")
-_PYTEST_COUNT = re.compile(r"(\d+) ([a-z]+)")
+_PYTEST_TOTALS = re.compile(r"^(?:=+ )?((?:\d+ [a-z]+(?: [a-z]+)?(?:, )?)+) in [\d.]+s\b.*?"
+                            r"(?: =+)?$")  # (pytest 9's "5 subtests passed": two words)
+_PYTEST_COUNT = re.compile(r"(\d+) ([a-z]+(?: [a-z]+)?)")
 _PYTEST_NONE = re.compile(r"^(?:=+ )?no tests ran in [\d.]+s\b")
 _PYTEST_COLLECTED = re.compile(r"^collected (\d+) items?\b")  # (not printed under -q)
 
@@ -320,7 +321,7 @@ def command_name(argv: list[str]) -> str:
 # the line each runner prints once its tests have run (what follows is its report and exit):
 #   the default done marker of an exec job (docs/exec.md, "How an exec job ends")
 DONE_MARKERS: dict[str, str] = {
-    "pytest": r"^(?:=+ )?(?:(?:\d+ [a-z]+(?:, )?)+|no tests ran) in [\d.]+s\b",
+    "pytest": r"^(?:=+ )?(?:(?:\d+ [a-z]+(?: [a-z]+)?(?:, )?)+|no tests ran) in [\d.]+s\b",
     "ctest": r"^(?:\d+% tests passed, \d+ tests? failed out of \d+|No tests were found)",
     "gtest": r"^\[==========\] \d+ tests? from \d+ test (?:suites?|cases?) ran\.",
     "catch2": r"^(?:All tests passed \(|test cases: |No tests ran\b)",

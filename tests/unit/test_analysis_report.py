@@ -5,6 +5,7 @@ folder (a real SQLite store, written with the store's own migrations)."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
@@ -144,3 +145,22 @@ def test_the_headline_of_a_merged_folder_counts_every_run_it_holds(tmp_path: Pat
     assert "in 180 jobs" in r.headline() and "3 run(s))" in r.headline()
     # the same runs given as separate folders read the same
     assert "3 run(s))" in report.build(shards).headline()
+
+
+def test_junit_of_a_run_of_the_user_s_command_counts_jobs_tests_and_command_processes(
+        run_dir: Path) -> None:
+    """Issue 36 item 7 in JUnit: the summary and report of an exec run count jobs, tests and
+    command processes, but its JUnit said 'invocations 0' and 'process exits 0' beside 30
+    crashed processes (the shortfin suite), and 'in 30 job(s), 0 invocations'."""
+    r = report.build([run_dir])
+    r.totals.engines = {"exec"}
+    r.totals.command_processes.update({"killed by a signal": 3, "exited 0": 57})
+    r.totals.tests.update({"ran": 120, "passed": 118, "skipped": 2})
+    r.totals.jobs_with_tests = 57
+    suite = ET.fromstring(junit.render(r).split("\n", 1)[1])
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert "invocations" not in props and "process exits" not in props, props
+    assert props["command processes"] == "60: exited 0 57, killed by a signal 3"
+    assert props["tests"].startswith("120 run in 57 job(s)")
+    errors = [e.text or "" for e in suite.iter("error")]
+    assert errors and all("invocations" not in e for e in errors), errors

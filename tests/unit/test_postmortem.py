@@ -73,3 +73,55 @@ def test_a_post_mortem_gets_more_time_on_a_loaded_host_within_a_bound(
     for load, budget in ((0.3, 30.0), (4.0, 60.0), (17.0, 120.0)):
         monkeypatch.setattr(postmortem.os, "getloadavg", lambda x=load: (x, x, x))
         assert postmortem.stacks_timeout_s(30.0) == budget
+
+
+def test_a_core_still_being_written_is_claimed_under_its_process_s_pid_not_a_thread_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another copy's process crashed in a worker thread and the kernel is writing its core
+    into the shared folder: its notes so far hold the crashing thread's NT_PRSTATUS, not yet
+    NT_PRPSINFO (the pid). A reader looking for its own core meanwhile claims it: it must end
+    up under the process's pid, where that process's reader looks, never the thread's."""
+    cwd, dest = tmp_path / "suite", tmp_path / "claimed"
+    cwd.mkdir()
+    whole = fake_core(tmp_path / "whole", 3002, [3005, 3002], 11).read_bytes()
+    core = cwd / "core"
+    cut = 64 + 56 + 12 + 8 + 336  # header, the note table, the first thread's NT_PRSTATUS
+    with open(core, "wb") as kernel:  # the kernel's file, written on through its descriptor
+        kernel.write(whole[:cut])
+        kernel.flush()
+
+        def writes_on(_s: float) -> None:  # the kernel goes on while the reader waits
+            if kernel.tell() < len(whole):
+                kernel.write(whole[cut:])
+                kernel.flush()
+
+        monkeypatch.setattr(corenotes.time, "sleep", writes_on)
+        path, notes, _ = postmortem.find_core(3001, cwd, 0.0, dest, since_wall=0.0)
+    assert path is None and notes is None  # not 3001's
+    assert not (dest / "core.3005").exists()
+    found = postmortem.find_core(3002, cwd, 0.0, dest, since_wall=0.0)
+    assert found[0] == dest / "core.3002" and found[1] is not None and found[1].pid == 3002
+    assert found[1].tids == [3005, 3002]
+
+
+def test_a_crash_s_core_leaves_the_shared_folder_when_its_exit_is_seen_not_when_gdb_is_free(
+        tmp_path: Path) -> None:
+    """Two post-mortem readers run gdb for many seconds each on a loaded host (28 s for one
+    core of IREE's runtime tests); a core left in the shared folder meanwhile is overwritten
+    by the next copy's crash (issue 36's second real suite: 'core overwritten by another
+    process'). The core is claimed as the crash is recorded, before its read is queued."""
+    from stress.engine.recorder import Recorder
+
+    class Busy:  # both readers busy: nothing queued runs yet
+        def submit(self, *_a: object, **_k: object) -> None:
+            return None
+
+    cwd, dest = tmp_path / "suite", tmp_path / "run" / "cores" / "children"
+    cwd.mkdir()
+    fake_core(cwd / "core", 4001, [4001], 11)
+    rec = Recorder.__new__(Recorder)
+    rec._readers = Busy()  # type: ignore[assignment]
+    rec.read_crash(4001, "/usr/bin/python3", cwd, "", since_wall=0.0, tids=[], claim_dir=dest)
+    assert not (cwd / "core").exists()
+    notes = postmortem.read_core_notes(dest / "core.4001")
+    assert notes is not None and notes.pid == 4001
