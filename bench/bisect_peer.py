@@ -137,6 +137,7 @@ class Outcome:
     printed: float
     counts: list[tuple[int, int]]
     stop: str  # why it stopped (ours: verdicts.bisect.Stop's values)
+    fall_said: bool = False  # ours: its reason says the rate falls along the list
 
 
 def run_ours(table: list[list[bool]], confidence: float, budget: int) -> Outcome:
@@ -146,7 +147,8 @@ def run_ours(table: list[list[bool]], confidence: float, budget: int) -> Outcome
                  max_trials=budget)
     named = names.index(res.first_bad) if res.stop is Stop.CONFIDENT else -1
     return Outcome(res.trials, named, res.confidence if named >= 0 else -1.0,
-                   [(r.failures, r.trials) for r in res.rows], res.stop.value)
+                   [(r.failures, r.trials) for r in res.rows], res.stop.value,
+                   "the rate falls along the list" in res.reason)
 
 
 def run_bayesect(table: list[list[bool]], confidence: float, budget: int) -> Outcome:
@@ -198,6 +200,7 @@ class Tally:
     answers: list[tuple[float, bool]] = field(default_factory=list)  # (printed, right)
     change: int = 0  # answers naming where a rate that never rises changes (falls)
     stops: dict[str, int] = field(default_factory=dict)
+    fall_said: int = 0  # runs whose reason says the rate falls along the list
 
     @property
     def right(self) -> int:
@@ -223,6 +226,7 @@ def simulate(index: int, n: int, runs: int, seed: int, pool: Any, confidence: fl
             t.runs += 1
             t.trials.append(o.trials)
             t.stops[o.stop] = t.stops.get(o.stop, 0) + 1
+            t.fall_said += o.fall_said
             if o.named >= 0:
                 t.answers.append((o.printed, setting.rises and o.named == change))
                 t.change += not setting.rises and o.named == change
@@ -261,25 +265,32 @@ def goals(s: Setting, ours: Tally, peer: Tally) -> list[str]:
     return missed
 
 
-def report(n: int, runs: int, rows: list[tuple[Setting, dict[str, Tally], int]]) -> list[str]:
+def table_head(n: int, runs: int) -> None:
     print(f"\n## {n} stacks, {runs} runs a setting (both: stop at {100 * CONFIDENCE:g}%, at "
           f"most {MAX_TRIALS} trials)")
     print(f"{'setting':<18} {'method':<9} {'mean trials':>11} {'median':>6} {'x peer':>6} "
           f"{'answered':>8} {'right/answered':>14} {'wrong/runs':>10} {'mean printed':>12} "
-          f"{'names the change':>16}")
-    missed: list[str] = []
-    for s, tallies, _ in rows:
-        peer = tallies["bayesect"]
-        for m in METHODS:
-            t = tallies[m]
-            a = len(t.answers)
-            printed = statistics.fmean(c for c, _ in t.answers) if a else 0.0
-            right = f"{t.right / a:.1%}" if a and s.rises else "-"
-            change = "-" if s.rises else f"{t.change / t.runs:.1%}"
-            print(f"{s.label:<18} {m:<9} {t.mean:>11.1f} {statistics.median(t.trials):>6g} "
-                  f"{t.mean / peer.mean:>6.2f} {a / t.runs:>8.1%} {right:>14} "
-                  f"{(a - t.right) / t.runs:>10.1%} {printed:>12.1%} {change:>16}")
-        missed += [f"{n} stacks, {s.label}: {line}" for line in goals(s, tallies["ours"], peer)]
+          f"{'names the change':>16}", flush=True)
+
+
+def table_rows(s: Setting, tallies: dict[str, Tally]) -> None:
+    """A setting's rows, printed as soon as it is done (a run cut short keeps them)."""
+    peer = tallies["bayesect"]
+    for m in METHODS:
+        t = tallies[m]
+        a = len(t.answers)
+        printed = statistics.fmean(c for c, _ in t.answers) if a else 0.0
+        right = f"{t.right / a:.1%}" if a and s.rises else "-"
+        change = "-" if s.rises else f"{t.change / t.runs:.1%}"
+        print(f"{s.label:<18} {m:<9} {t.mean:>11.1f} {statistics.median(t.trials):>6g} "
+              f"{t.mean / peer.mean:>6.2f} {a / t.runs:>8.1%} {right:>14} "
+              f"{(a - t.right) / t.runs:>10.1%} {printed:>12.1%} {change:>16}", flush=True)
+
+
+def report(n: int, runs: int, rows: list[tuple[Setting, dict[str, Tally], int]]) -> list[str]:
+    """After a list length's table: the bins, the stops, the outcome check; the goals missed."""
+    missed = [f"{n} stacks, {s.label}: {line}" for s, t, _ in rows
+              for line in goals(s, t["ours"], t["bayesect"])]
     print(f"\nprinted against right ({n} stacks): answers binned by the posterior printed with "
           f"them (bins of {MIN_BIN} answers or more are judged)")
     print(f"{'setting':<18} {'method':<9} {'bin':<9} {'answers':>7} {'printed':>8} {'right':>7} "
@@ -300,7 +311,8 @@ def report(n: int, runs: int, rows: list[tuple[Setting, dict[str, Tally], int]])
                       f"{100 * (k / len(got) - printed):>+14.1f}pt")
     print(f"\nstops ({n} stacks, ours; the peer stops confident or at the budget): " + "; ".join(
         f"{s.label}: " + ", ".join(f"{k} {v}" for k, v in sorted(t["ours"].stops.items()))
-        for s, t, _ in rows))
+        + (f" (the reason says the rate falls in {t['ours'].fall_said})"
+           if t["ours"].fall_said else "") for s, t, _ in rows))
     checked = sum(same for _, _, same in rows)
     print(f"\nsame outcomes ({n} stacks): {checked} of {runs * len(rows)} runs, both methods' "
           f"per-stack counts are prefixes of the run's one outcome table")
@@ -340,9 +352,11 @@ def main() -> None:
     try:
         for n in (int(x) for x in args.candidates.split(",")):
             rows = []
+            table_head(n, args.runs)
             for i in chosen:
                 rows.append((SETTINGS[i], *simulate(i, n, args.runs, args.seed, pool,
                                                      CONFIDENCE, MAX_TRIALS)))
+                table_rows(*rows[-1][:2])
                 print(f"  {n} stacks, {SETTINGS[i].label}: done at "
                       f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
             missed += report(n, args.runs, rows)
