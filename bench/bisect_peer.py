@@ -43,14 +43,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 from _common import header  # noqa: E402
+from bisect_simulation import BINS, TOLERANCE, in_bin  # noqa: E402
 
 from stress.analysis.stats import wilson  # noqa: E402
 from stress.verdicts.bisect import CONFIDENCE, MAX_TRIALS, Stop, bisect  # noqa: E402
 from stress.verdicts.trials import Trial  # noqa: E402
 
-BINS: tuple[tuple[float, float], ...] = ((0.95, 0.97), (0.97, 0.99), (0.99, 1.0))
-MIN_BIN: int = 30  # a bin of printed confidence is judged from this many answers on
-TOLERANCE: float = 0.03  # printed within 3 points of the share right (issue 40)
+MIN_BIN: int = 30  # a bin of printed confidence is judged from this many answers on (issue
+#   40); printed within TOLERANCE (3 points) of the share right, bisect_simulation's bins
 CLEAR_RATIO: float = 0.85  # clear faults: our mean trials at most this times the peer's
 EVERY_RATIO: float = 1.05  # every setting: at most this, or more answered at equal accuracy
 HONEST: float = 0.97  # no rise / a falling rate: no confident stack in this share of runs
@@ -231,10 +231,6 @@ def simulate(index: int, n: int, runs: int, seed: int, pool: Any, confidence: fl
                 t.answers.append((o.printed, setting.rises and o.named == change))
                 t.change += not setting.rises and o.named == change
     return tallies, same
-
-
-def in_bin(c: float, lo: float, hi: float) -> bool:
-    return lo <= c < hi or (hi == 1.0 and c >= lo)
 
 
 def goals(s: Setting, ours: Tally, peer: Tally) -> list[str]:
