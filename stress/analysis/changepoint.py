@@ -136,12 +136,14 @@ class FirstRise:
     """The posterior. `joint[k, k2]`: P(first bad = k, second rise at k2), column n = no
     second rise; `none`: P(no stack is bad). `rate[0][k, k2]`, `rate[1][k, k2]`,
     `rate[2][k, k2]`: the posterior mean failure rate before k, from k (to k2), from k2 on,
-    under that hypothesis; `rate_none` under "no stack is bad"."""
+    under that hypothesis; `rate_none` under "no stack is bad"; `log_evidence`: log P(the
+    counts) under the whole model (to weigh it against another model of the same counts)."""
 
     joint: Array
     none: float
     rate: tuple[Array, Array, Array]
     rate_none: float
+    log_evidence: float = 0.0
 
     @property
     def n(self) -> int:
@@ -349,7 +351,7 @@ def first_rise(failures: Any, trials: Any, prior: Prior = PRIOR) -> FirstRise:
     r0, r1, r2 = (np.where(order.done, r, c)[t1, t2] for r, c in zip(order.rates, closed,
                                                                        strict=True))
     return FirstRise(joint / z, none / z, (r0, r1, r2),
-                     float(_mean(prior.good, cf[last], cp[last])))
+                     float(_mean(prior.good, cf[last], cp[last])), top + math.log(z))
 
 
 @functools.lru_cache(maxsize=8)
@@ -425,6 +427,31 @@ class _Ordering:
         for r in self.rates:
             r[a, b] = np.nan_to_num(r[a, b], nan=0.5)
         self.best = max(self.best, float(np.max(bound[a, b] + self.log_chance[a, b])))
+
+
+@dataclass(frozen=True)
+class Fall:
+    """The counts read as a rate that falls along the list: `chance` P(a fall rather than
+    what bisect's model allows: rises or none) at even odds; the rates before and after the
+    fall (where it falls is left out: bisect's trials do not look for it)."""
+
+    chance: float
+    before: float
+    after: float
+
+
+def fall(failures: Any, trials: Any, fr: FirstRise, prior: Prior = PRIOR) -> Fall:
+    """bisect's model read backwards (a rise from the last stack towards the first is a fall),
+    its proper rises only, weighed against `fr` (the forward posterior of the same counts)."""
+    rev = first_rise(np.asarray(failures)[::-1], np.asarray(trials)[::-1], prior)
+    n = fr.n
+    inner = rev.posterior[1:n]
+    mass = float(inner.sum())
+    if n < 2 or mass <= 0.0:
+        return Fall(0.0, 0.0, 0.0)
+    odds = fr.log_evidence - rev.log_evidence - math.log(mass)
+    low, high = rev.rates()
+    return Fall(1.0 / (1.0 + math.exp(min(odds, 700.0))), high, low)
 
 
 def expected_entropy(fr: FirstRise) -> Array:

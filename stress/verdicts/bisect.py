@@ -35,7 +35,14 @@ from typing import Any
 import numpy as np
 
 from stress.analysis import header
-from stress.analysis.changepoint import PRIOR, FirstRise, Prior, expected_entropy, first_rise
+from stress.analysis.changepoint import (
+    PRIOR,
+    FirstRise,
+    Prior,
+    expected_entropy,
+    fall,
+    first_rise,
+)
 from stress.analysis.stats import fmt_level, fmt_rate
 from stress.verdicts.trials import Trial, TrialRunner
 
@@ -53,6 +60,10 @@ MAX_TRIALS: int = 300  # the whole bisection's trials, those on disk included: 3
 #   and 2.8% spend all 300 (bench/results/bisect_simulation.txt: 90th percentiles, stops)
 TOP_SHOWN: int = 5  # stacks listed when the budget ends: the posterior's largest
 TOP_MASS: float = 0.99  # ... or fewer, once they hold this much of it
+FALL_SAID: float = 0.99  # an inconclusive reason says the rate falls along the list when the
+#   counts favour a fall over rises at these odds (99:1; with the --good end untested the
+#   chance sits near 0.9 on no evidence): a fall is no answer to "which stack broke it" (the
+#   model has rises only), but it tells the user what to check (the list's order)
 
 
 class Outcome(enum.Enum):
@@ -280,6 +291,12 @@ def _result(ev: Evidence, fr: FirstRise, stop: Stop, asked: float, budget: int,
     else:
         r.reason = (f"the budget of {budget} trials is spent with no stack at {fmt_level(asked)}: "
                     f"most likely first bad {shown}; {rates}")
+    if stop in (Stop.GOOD_END_BAD, Stop.BAD_END_GOOD, Stop.BUDGET):
+        f = fall(failures, trials, fr, prior)
+        if f.chance >= FALL_SAID:
+            r.reason += (f"; the rate falls along the list ({f.chance:.1%}): trials fail "
+                         f"{fmt_rate(f.before)} towards {names[0]}, {fmt_rate(f.after)} towards "
+                         f"{names[-1]}: is the list ordered from good to bad?")
     return r
 
 

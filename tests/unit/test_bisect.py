@@ -345,3 +345,23 @@ def test_the_cli_bisect_takes_a_least_rise_and_its_defaults_are_the_models(
     for wrong in ("0.5", "0.01"):  # (0.5 crashed the posterior after the stacks were built)
         bad = CliRunner().invoke(cli, [*args[:-1], wrong])
         assert bad.exit_code == 2 and "--least-rise" in bad.output, bad.output
+
+
+def test_a_rate_that_falls_along_the_list_is_inconclusive_and_the_reason_says_it_falls() -> None:
+    # issue 40: 40% before n05, 5% from it on; bisect's model has rises only
+    rates = {f"n{i:02d}": 0.4 if i < 5 else 0.05 for i in range(12)}
+    ends = [Trial("n00", i, i, i < 8) for i in range(20)]  # a compare of the ends came first
+    ends += [Trial("n11", i, i, i < 1) for i in range(20)]
+    for s in range(3):
+        r = bisect(Stacks(rates, seed=s), list(rates), seed=0, known=ends)
+        assert r.outcome is Outcome.INCONCLUSIVE and r.outcome.exit_code == 3, r.reason
+        assert "the rate falls along the list" in r.reason, r.reason
+        assert re.search(r"trials fail (2\d|3\d|4\d)% towards n00", r.reason), r.reason
+
+
+def test_a_rate_that_rises_is_never_said_to_fall() -> None:
+    rates = line(12, 5, good=0.05, bad=0.4)
+    for s in range(3):
+        r = bisect(Stacks(rates, seed=s), list(rates), seed=0, confidence=0.999,
+                   max_trials=40)
+        assert "falls" not in r.reason, r.reason
