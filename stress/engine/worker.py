@@ -102,6 +102,7 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
         # while the driver lives: a driver that dlcloses its library at release (hip) leaves
         #   no trace of it in the maps read below
         facts["driver_libraries"] = _gpu_libraries()
+        facts["stack_libraries"] = stack_libraries()
         writer.end(Step.DRIVER_CREATE)
         writer.begin(Step.DRIVER_RELEASE)
         del drv
@@ -110,7 +111,7 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
         writer.fail(Step.DRIVER_CREATE)
         facts["driver_error"] = str(exc)
     facts["loaded_gpu_libraries"] = _gpu_libraries()
-    facts["stack_libraries"] = stack_libraries()
+    facts["stack_libraries"] = sorted({*facts.get("stack_libraries", []), *stack_libraries()})
     return facts
 
 

@@ -134,18 +134,22 @@ def test_rocm_soak_on_the_stand_in_runs_every_pattern_and_exit_path(
     assert m["hip_library"] == str(stand_in)
     assert m["hip_library_sha256"] == hashlib.sha256(stand_in.read_bytes()).hexdigest()
     assert str(stand_in) in m["hip_library_mapped"]
+    # and hashes it among the stack's libraries (what makes two nightlies one stack), though
+    #   the driver dlclosed it before the facts were read (before: IREE's runtime alone)
+    assert m["library_hashes"].get(str(stand_in)) == m["hip_library_sha256"], \
+        m["library_hashes"]
 
 
 def _stacks(tmp_path: Path) -> tuple[Path, Path]:
     """A stacks file: `rocm-clean` (a tarball holding a clean stand-in), `rocm-teardown-fault`
-    (one with release-spin compiled in, p = 0.3 per stream release: a fault in the library's
-    own cleanup fires before a worker's hello, and such a trial is no result),
-    `rocm-clean-other-loaded` (the
-    clean tarball, with another copy of the library preloaded). Returns (file, clean lib)."""
+    (one with release-spin compiled in, p = 0.3 per stream release), `rocm-cleanup-segv` (one
+    whose own cleanup crashes in every process), `rocm-clean-other-loaded` (the clean
+    tarball, with another copy of the library preloaded). Returns (file, clean lib)."""
     try:
         clean = fakehip.build(tmp_path / "clean")
         bad = fakehip.build(tmp_path / "bad", fault="release-spin", prob=0.3)
         other = fakehip.build(tmp_path / "other")
+        segv = fakehip.build(tmp_path / "segv", fault="cleanup-segv")
     except fakehip.NoCompiler:
         pytest.skip("no C compiler to build the stand-in HIP library")
     f = tmp_path / "stacks.toml"
@@ -153,6 +157,8 @@ def _stacks(tmp_path: Path) -> tuple[Path, Path]:
         f'[stacks.rocm-clean]\nrocm = "{fakehip.rocm_tarball(clean, tmp_path / "c.tar.gz")}"\n'
         f'[stacks.rocm-teardown-fault]\n'
         f'rocm = "{fakehip.rocm_tarball(bad, tmp_path / "b.tar.gz")}"\n'
+        f'[stacks.rocm-cleanup-segv]\n'
+        f'rocm = "{fakehip.rocm_tarball(segv, tmp_path / "s.tar.gz")}"\n'
         f'[stacks.rocm-clean-other-loaded]\nrocm = "{tmp_path / "c.tar.gz"}"\n'
         f'env = {{ LD_PRELOAD = "{other}" }}\n')
     return f, clean
@@ -188,6 +194,18 @@ def test_compare_of_two_tarball_stacks_finds_the_one_whose_library_stalls_in_tea
     assert digests["rocm-clean"] == {hashlib.sha256(clean.read_bytes()).hexdigest()}
     assert len(digests["rocm-teardown-fault"]) == 1
     assert digests["rocm-teardown-fault"] != digests["rocm-clean"]
+
+
+@pytest.mark.slow
+def test_compare_finds_the_stack_whose_library_segfaults_in_its_own_cleanup(
+        tmp_path: Path) -> None:
+    """The founding user's CI: the library crashes in cleanup, in every worker's first driver
+    release (before any worker reports its runtime). Each such trial is a failure of B, never
+    'no result' (before: inconclusive, exit 3)."""
+    res, _ = _compare(tmp_path, "rocm-cleanup-segv")
+    assert res.rc == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "VERDICT  B worse" in res.stdout
+    assert "fakehip_wake_events_thread" in res.stdout  # the signature new in B, its frame
 
 
 @pytest.mark.slow
