@@ -140,6 +140,22 @@ def test_rocm_soak_on_the_stand_in_runs_every_pattern_and_exit_path(
         m["library_hashes"]
 
 
+def test_a_fault_name_the_stand_in_does_not_know_is_one_line_not_a_crash_found(
+        stand_in: Path, tmp_path: Path) -> None:
+    """A typo in FAKEHIP_FAULT: before, the library aborted in every process that loaded it
+    (47 SIGABRT 'failures' in 3 s, FAILURES FOUND, exit 1); now hipInit refuses with the
+    reason and the soak stops at its driver check (exit 2)."""
+    res = run_cli("soak", "--target", "rocm", "--programs", "transfer.slice.*", "--patterns",
+                  "per-call", "--invocations", "4", "--workers", "1", "--results",
+                  str(tmp_path / "run"), "--env",
+                  f"{fakehip.ENV_DYLIB}={fakehip.dylib_env(stand_in)}", "--env",
+                  "FAKEHIP_FAULT=cleanup-segvv", timeout=300)
+    assert res.rc == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    errors = [line for line in res.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "FAKEHIP_FAULT=cleanup-segvv is not a fault it knows (events-spin, " in errors[0]
+
+
 def _stacks(tmp_path: Path) -> tuple[Path, Path]:
     """A stacks file: `rocm-clean` (a tarball holding a clean stand-in), `rocm-teardown-fault`
     (one with release-spin compiled in, p = 0.3 per stream release), `rocm-cleanup-segv` (one
