@@ -914,8 +914,14 @@ EXPORT hipError_t hipMallocFromPoolAsync(void **out, size_t bytes, pool_t *p, st
 
 /* -- modules: AMDGPU code objects accepted, functions looked up by name, never run -- */
 
-typedef struct module { unsigned char *image; size_t size; } module_t;
-typedef struct function { module_t *module; char name[256]; } function_t;
+typedef struct function function_t;
+typedef struct module {
+  unsigned char *image;
+  size_t size;
+  pthread_mutex_t lock;
+  function_t *functions;  /* handed out by hipModuleGetFunction, freed with the module */
+} module_t;
+struct function { module_t *module; function_t *next; char name[256]; };
 
 static const int JIT_ERROR_LOG_BUFFER = 5;  /* hipJitOptionErrorLogBuffer */
 
@@ -946,6 +952,7 @@ static hipError_t load(module_t **out, const void *image, unsigned int n, const 
   }
   memcpy(m->image, image, size);
   m->size = size;
+  pthread_mutex_init(&m->lock, NULL);
   *out = m;
   return hipSuccess;
 }
@@ -961,6 +968,11 @@ EXPORT hipError_t hipModuleLoadDataEx(module_t **out, const void *image, unsigne
 
 EXPORT hipError_t hipModuleUnload(module_t *m) {
   if (!m) return ret(hipErrorInvalidHandle);
+  for (function_t *f = m->functions, *next; f; f = next) {
+    next = f->next;
+    free(f);
+  }
+  pthread_mutex_destroy(&m->lock);
   free(m->image);
   free(m);
   return hipSuccess;
@@ -975,7 +987,11 @@ EXPORT hipError_t hipModuleGetFunction(function_t **out, module_t *m, const char
   if (!f) return ret(hipErrorOutOfMemory);
   f->module = m;
   memcpy(f->name, name, len);
-  *out = f;  /* kept until exit: HIP has no call to free a function handle */
+  pthread_mutex_lock(&m->lock);
+  f->next = m->functions;  /* the module owns it (HIP has no call to free one) */
+  m->functions = f;
+  pthread_mutex_unlock(&m->lock);
+  *out = f;
   return hipSuccess;
 }
 
