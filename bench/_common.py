@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+MEASURED: tuple[str, ...] = ("stress", "bench", "tests/native")  # the code a committed output
+#   measures: the tool, the scripts, and the native libraries they build (the stand-in HIP
+#   library, the fault library)
 
 
 def header() -> str:
@@ -21,7 +24,7 @@ def header() -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                            "stress", "bench"], capture_output=True, text=True,
+                            *MEASURED], capture_output=True, text=True,
                            cwd=ROOT).stdout.strip()
     if dirty:  # the code measured is not the commit named: said, never hidden
         commit += " + uncommitted changes"

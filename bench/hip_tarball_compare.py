@@ -9,8 +9,8 @@ worker had mapped). Then a stack that binds the clean library while another copy
 
 A fault in the library's own cleanup (cleanup-segv) fires in every worker's first driver
 release, the facts step, before the worker says hello: a trial whose workers all die there has
-no runtime reported, and compare takes it for no result (`trial_problem`: inconclusive). A
-release fault leaves the facts step alone.
+no runtime reported, and is still a failure of its stack (`trial_problem`: a failure recorded
+is a result). A release fault leaves the facts step alone.
 
     python bench/hip_tarball_compare.py [--duration 5] [--out FILE]
 """

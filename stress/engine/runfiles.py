@@ -3,7 +3,6 @@ of this package, one worker config per device, and the manifest (what was tested
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -26,11 +25,7 @@ def hip_library_identity(facts: dict[str, Any]) -> dict[str, Any]:
     digest = None
     if path:
         try:
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-            digest = h.hexdigest()
+            digest = sha256_file(path)
         except OSError:
             pass
     mapped = [p for p in facts.get("driver_libraries") or [] if "amdhip" in p]

@@ -89,7 +89,6 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
         facts["numpy_path"] = str(Path(np.__file__).parent)
     except ImportError:
         facts["iree_runtime"] = "?"
-    stack_early: list[str] = []  # (the HIP library is unmapped once the driver is gone)
     try:
         from iree.runtime import _binding
 
@@ -103,11 +102,11 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
         # while the driver lives: a driver that dlcloses its library at release (hip) leaves
         #   no trace of it in the maps read below
         facts["driver_libraries"] = _gpu_libraries()
+        facts["stack_libraries"] = stack_libraries()
         writer.end(Step.DRIVER_CREATE)
         # IREE's HIP and Vulkan drivers unload their library at driver destroy, and the Vulkan
         #   loader maps its ICDs only while a device lives: read them while they are mapped
         _MAPPED_EARLIER.update(facts["driver_libraries"])
-        stack_early = stack_libraries()
         if devices and driver_name in _LIBRARIES_WITH_A_DEVICE:
             _with_a_device(drv, writer)
         if _vulkan_icd_libraries():
@@ -119,7 +118,7 @@ def _runtime_facts(driver_name: str, writer: SlotWriter) -> dict[str, Any]:
         writer.fail(Step.DRIVER_CREATE)
         facts["driver_error"] = str(exc)
     facts["loaded_gpu_libraries"] = _gpu_libraries()
-    facts["stack_libraries"] = sorted(set(stack_libraries()) | set(stack_early))
+    facts["stack_libraries"] = sorted({*facts.get("stack_libraries", []), *stack_libraries()})
     return facts
 
 

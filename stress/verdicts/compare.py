@@ -277,12 +277,16 @@ def trial_problem(engine: Engine, summary: dict[str, Any], run_dir: Path) -> str
     """Why a finished soak is not a result of its stack ('' when it is one). Our workers must
     report the runtime they imported and finish jobs; an exec or native job reports no runtime
     (no Python worker ran), and a job that failed is as much a result as one that passed (an
-    exec job that crashed leaves no job row, only its failure): one job either way is enough."""
+    exec job that crashed leaves no job row, only its failure): one job either way is enough.
+    A failure recorded is always a result: a library that crashes in its own cleanup kills
+    every worker in the facts step's driver release, before any reports its runtime."""
+    failed = sum(int(v) for v in summary.get("failures", {}).values())
     if engine is Engine.PYTHON:
-        if not summary.get("manifest", {}).get("iree_runtime") or not summary.get("jobs"):
+        if failed == 0 and (not summary.get("manifest", {}).get("iree_runtime")
+                            or not summary.get("jobs")):
             return f"no worker reported its runtime or ran a job (see {run_dir})"
         return ""
-    ran = int(summary.get("jobs", 0)) + sum(summary.get("failures", {}).values())
+    ran = int(summary.get("jobs", 0)) + failed
     return "" if ran else f"{engine.describe()} ran no job (see {run_dir})"
 
 

@@ -19,7 +19,8 @@
  * Environment, read once at load:
  *
  *   FAKEHIP_DEVICES=N             devices to report (default 1)
- *   FAKEHIP_FAULT=NAME            one fault, modelled on the incident (off by default):
+ *   FAKEHIP_FAULT=NAME            one fault, modelled on the incident (off by default; a
+ *                                 name it does not know: hipInit refuses, saying so):
  *      events-spin    at library cleanup (dlclose, or process exit) the runtime's async-events
  *                     thread spins instead of stopping; cleanup waits for it forever (busy)
  *      events-block   the same thread blocks forever instead (blocked)
@@ -79,6 +80,7 @@ enum fault { F_NONE, F_EVENTS_SPIN, F_EVENTS_BLOCK, F_CLEANUP_SEGV, F_DLCLOSE_SE
 static const char *const FAULT_NAMES[] = {"none", "events-spin", "events-block", "cleanup-segv",
                                           "dlclose-segv", "release-spin", "release-block"};
 static enum fault fault;
+static char bad_fault[256];  /* FAKEHIP_FAULT names no fault: why hipInit refuses ('' none) */
 static double fault_prob = 1.0;
 static int device_count = 1;
 static uint64_t rng_state;
@@ -385,10 +387,10 @@ __attribute__((constructor)) static void fakehip_load(void) {
 #endif
   for (int i = 1; f && i < (int)(sizeof FAULT_NAMES / sizeof *FAULT_NAMES); i++)
     if (!strcmp(f, FAULT_NAMES[i])) fault = (enum fault)i;
-  if (f && *f && fault == F_NONE) {
-    fprintf(stderr, "fakehip: FAKEHIP_FAULT=%s is not a fault this stand-in knows\n", f);
-    abort();
-  }
+  if (f && *f && fault == F_NONE)  /* hipInit refuses, saying why: the driver cannot load */
+    snprintf(bad_fault, sizeof bad_fault, "iree-stress stand-in HIP: FAKEHIP_FAULT=%.64s is "
+             "not a fault it knows (%s, %s, %s, %s, %s, %s)", f, FAULT_NAMES[1], FAULT_NAMES[2],
+             FAULT_NAMES[3], FAULT_NAMES[4], FAULT_NAMES[5], FAULT_NAMES[6]);
   const char *p = getenv("FAKEHIP_FAULT_PROB");
 #ifdef FAKEHIP_DEFAULT_PROB
   if (!p) p = FAKEHIP_DEFAULT_PROB;
@@ -430,6 +432,7 @@ static int valid_device(int d) { return d >= 0 && d < device_count; }
 
 EXPORT hipError_t hipInit(unsigned int flags) {
   (void)flags;
+  if (bad_fault[0]) return ret(hipErrorInvalidValue);
   pthread_once(&init_once, start_runtime);
   initialized = 1;
   return device_count ? hipSuccess : ret(hipErrorNoDevice);
@@ -623,6 +626,7 @@ EXPORT const char *hipGetErrorName(hipError_t e) {
 }
 
 EXPORT const char *hipGetErrorString(hipError_t e) {
+  if (bad_fault[0] && e == hipErrorInvalidValue) return bad_fault;
   return e == hipSuccess ? "no error" : hipGetErrorName(e);
 }
 
@@ -910,8 +914,14 @@ EXPORT hipError_t hipMallocFromPoolAsync(void **out, size_t bytes, pool_t *p, st
 
 /* -- modules: AMDGPU code objects accepted, functions looked up by name, never run -- */
 
-typedef struct module { unsigned char *image; size_t size; } module_t;
-typedef struct function { module_t *module; char name[256]; } function_t;
+typedef struct function function_t;
+typedef struct module {
+  unsigned char *image;
+  size_t size;
+  pthread_mutex_t lock;
+  function_t *functions;  /* handed out by hipModuleGetFunction, freed with the module */
+} module_t;
+struct function { module_t *module; function_t *next; char name[256]; };
 
 static const int JIT_ERROR_LOG_BUFFER = 5;  /* hipJitOptionErrorLogBuffer */
 
@@ -942,6 +952,7 @@ static hipError_t load(module_t **out, const void *image, unsigned int n, const 
   }
   memcpy(m->image, image, size);
   m->size = size;
+  pthread_mutex_init(&m->lock, NULL);
   *out = m;
   return hipSuccess;
 }
@@ -957,6 +968,11 @@ EXPORT hipError_t hipModuleLoadDataEx(module_t **out, const void *image, unsigne
 
 EXPORT hipError_t hipModuleUnload(module_t *m) {
   if (!m) return ret(hipErrorInvalidHandle);
+  for (function_t *f = m->functions, *next; f; f = next) {
+    next = f->next;
+    free(f);
+  }
+  pthread_mutex_destroy(&m->lock);
   free(m->image);
   free(m);
   return hipSuccess;
@@ -971,7 +987,11 @@ EXPORT hipError_t hipModuleGetFunction(function_t **out, module_t *m, const char
   if (!f) return ret(hipErrorOutOfMemory);
   f->module = m;
   memcpy(f->name, name, len);
-  *out = f;  /* kept until exit: HIP has no call to free a function handle */
+  pthread_mutex_lock(&m->lock);
+  f->next = m->functions;  /* the module owns it (HIP has no call to free one) */
+  m->functions = f;
+  pthread_mutex_unlock(&m->lock);
+  *out = f;
   return hipSuccess;
 }
 

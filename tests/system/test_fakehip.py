@@ -80,6 +80,34 @@ def test_module_load_takes_only_an_amdgpu_code_object(stand_in: Path, tmp_path: 
     assert lib.hipModuleUnload(module) == 0
 
 
+def test_function_handles_are_freed_with_their_module(stand_in: Path) -> None:
+    """IREE looks its kernels up at every executable load, and a per-call soak loads hundreds
+    of modules a second: handles kept until exit grew a worker by their size each time."""
+    lib = ctypes.CDLL(str(stand_in))
+    image = bytearray(Path(sys.executable).resolve().read_bytes()[:64])
+    image[18:20] = (224).to_bytes(2, "little")  # EM_AMDGPU
+    image[40:48] = (64).to_bytes(8, "little")  # no section headers: the header alone
+    image[58:62] = bytes(4)
+    image[9:11] = b"k\0"  # a function name inside the image (e_ident's padding)
+
+    def rss_kib() -> int:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf(
+            "SC_PAGE_SIZE") // 1024
+
+    def cycle() -> None:
+        module, fn = ctypes.c_void_p(), ctypes.c_void_p()
+        assert lib.hipModuleLoadData(ctypes.byref(module), bytes(image)) == 0
+        for _ in range(100_000):
+            assert lib.hipModuleGetFunction(ctypes.byref(fn), module, b"k") == 0
+        assert lib.hipModuleUnload(module) == 0
+
+    cycle()  # the allocator's arenas grow once
+    before = rss_kib()
+    for _ in range(3):
+        cycle()
+    assert rss_kib() - before < 20_000  # 3 x 100,000 handles kept: ~80 MB
+
+
 def _soak(lib: Path, run: Path, launches: Path, patterns: str, programs: str,
           invocations: int) -> dict[str, Any]:
     # a planned number of invocations, not a duration: every pattern gets its jobs however
@@ -134,18 +162,38 @@ def test_rocm_soak_on_the_stand_in_runs_every_pattern_and_exit_path(
     assert m["hip_library"] == str(stand_in)
     assert m["hip_library_sha256"] == hashlib.sha256(stand_in.read_bytes()).hexdigest()
     assert str(stand_in) in m["hip_library_mapped"]
+    # and hashes it among the stack's libraries (what makes two nightlies one stack), though
+    #   the driver dlclosed it before the facts were read (before: IREE's runtime alone)
+    assert m["library_hashes"].get(str(stand_in)) == m["hip_library_sha256"], \
+        m["library_hashes"]
+
+
+def test_a_fault_name_the_stand_in_does_not_know_is_one_line_not_a_crash_found(
+        stand_in: Path, tmp_path: Path) -> None:
+    """A typo in FAKEHIP_FAULT: before, the library aborted in every process that loaded it
+    (47 SIGABRT 'failures' in 3 s, FAILURES FOUND, exit 1); now hipInit refuses with the
+    reason and the soak stops at its driver check (exit 2)."""
+    res = run_cli("soak", "--target", "rocm", "--programs", "transfer.slice.*", "--patterns",
+                  "per-call", "--invocations", "4", "--workers", "1", "--results",
+                  str(tmp_path / "run"), "--env",
+                  f"{fakehip.ENV_DYLIB}={fakehip.dylib_env(stand_in)}", "--env",
+                  "FAKEHIP_FAULT=cleanup-segvv", timeout=300)
+    assert res.rc == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    errors = [line for line in res.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "FAKEHIP_FAULT=cleanup-segvv is not a fault it knows (events-spin, " in errors[0]
 
 
 def _stacks(tmp_path: Path) -> tuple[Path, Path]:
     """A stacks file: `rocm-clean` (a tarball holding a clean stand-in), `rocm-teardown-fault`
-    (one with release-spin compiled in, p = 0.3 per stream release: a fault in the library's
-    own cleanup fires before a worker's hello, and such a trial is no result),
-    `rocm-clean-other-loaded` (the
-    clean tarball, with another copy of the library preloaded). Returns (file, clean lib)."""
+    (one with release-spin compiled in, p = 0.3 per stream release), `rocm-cleanup-segv` (one
+    whose own cleanup crashes in every process), `rocm-clean-other-loaded` (the clean
+    tarball, with another copy of the library preloaded). Returns (file, clean lib)."""
     try:
         clean = fakehip.build(tmp_path / "clean")
         bad = fakehip.build(tmp_path / "bad", fault="release-spin", prob=0.3)
         other = fakehip.build(tmp_path / "other")
+        segv = fakehip.build(tmp_path / "segv", fault="cleanup-segv")
     except fakehip.NoCompiler:
         pytest.skip("no C compiler to build the stand-in HIP library")
     f = tmp_path / "stacks.toml"
@@ -153,6 +201,8 @@ def _stacks(tmp_path: Path) -> tuple[Path, Path]:
         f'[stacks.rocm-clean]\nrocm = "{fakehip.rocm_tarball(clean, tmp_path / "c.tar.gz")}"\n'
         f'[stacks.rocm-teardown-fault]\n'
         f'rocm = "{fakehip.rocm_tarball(bad, tmp_path / "b.tar.gz")}"\n'
+        f'[stacks.rocm-cleanup-segv]\n'
+        f'rocm = "{fakehip.rocm_tarball(segv, tmp_path / "s.tar.gz")}"\n'
         f'[stacks.rocm-clean-other-loaded]\nrocm = "{tmp_path / "c.tar.gz"}"\n'
         f'env = {{ LD_PRELOAD = "{other}" }}\n')
     return f, clean
@@ -188,6 +238,18 @@ def test_compare_of_two_tarball_stacks_finds_the_one_whose_library_stalls_in_tea
     assert digests["rocm-clean"] == {hashlib.sha256(clean.read_bytes()).hexdigest()}
     assert len(digests["rocm-teardown-fault"]) == 1
     assert digests["rocm-teardown-fault"] != digests["rocm-clean"]
+
+
+@pytest.mark.slow
+def test_compare_finds_the_stack_whose_library_segfaults_in_its_own_cleanup(
+        tmp_path: Path) -> None:
+    """The founding user's CI: the library crashes in cleanup, in every worker's first driver
+    release (before any worker reports its runtime). Each such trial is a failure of B, never
+    'no result' (before: inconclusive, exit 3)."""
+    res, _ = _compare(tmp_path, "rocm-cleanup-segv")
+    assert res.rc == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "VERDICT  B worse" in res.stdout
+    assert "fakehip_wake_events_thread" in res.stdout  # the signature new in B, its frame
 
 
 @pytest.mark.slow

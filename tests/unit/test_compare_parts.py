@@ -282,3 +282,22 @@ def test_a_trial_that_is_not_a_result_says_so_in_its_progress_line_not_ok(
     t = trials.run("b", 0, 1)
     assert t.harness.startswith("interrupted by SIGINT: not a result")
     assert lines == [f"  b trial 0 (seed 1): 0 jobs, not counted: {t.harness}"], lines
+
+
+def test_a_trial_whose_workers_all_crashed_before_reporting_their_runtime_is_a_failure(
+        tmp_path: Path) -> None:
+    """What a real soak on the stand-in with cleanup-segv recorded (summary.json, trimmed):
+    every facts worker died in its driver release, so no runtime was reported; the crashes
+    are the stack's, never 'no result'."""
+    from stress.verdicts.compare import trial_problem
+    from stress.vocab import Engine
+
+    crashed = {"jobs": 0, "failed": True, "status": "completed", "harness_errors": 0,
+               "failures": {"crash": 2, "hang": 0, "teardown_hang": 0, "error": 0,
+                            "miscompare": 0, "failed": 0},
+               "manifest": {"iree_runtime": None, "hip_library": None, "driver": "hip"}}
+    assert trial_problem(Engine.PYTHON, crashed, tmp_path) == ""
+    assert trial_problem(Engine.PYTHON, {**crashed, "jobs": 288}, tmp_path) == ""
+    nothing = {**crashed, "failed": False, "failures": {"crash": 0}}
+    assert trial_problem(Engine.PYTHON, nothing, tmp_path).startswith(
+        "no worker reported its runtime or ran a job")
