@@ -61,7 +61,7 @@ class Finding:
         k = self.signature.key
         sig = f" {k.signal}" if k.signal else ""
         state = f" ({k.state})" if k.state else ""
-        return f"{k.cls}{sig}{state} at {self.signature.where_step()}"
+        return f"{k.cls}{sig}{state}{self.signature.in_phase()} at {self.signature.where_step()}"
 
     def frames(self) -> str:
         s = self.signature
@@ -109,8 +109,10 @@ class Finding:
         """The lines under the headline, as (label, text)."""
         s = self.signature
         label = _label(s)
-        out = [(label, self.frames()),
-               ("how often", self.how_often()), ("where", self.where())]
+        out = [(label, self.frames())]
+        if s.stuck:
+            out.append(("threads", s.stuck.most_common(1)[0][0]))
+        out += [("how often", self.how_often()), ("where", self.where())]
         if self.others_tested:
             out.append(("other threads", self.others()))
         if self.is_known:
@@ -132,6 +134,7 @@ class Finding:
                 "known_as": self.known_as() or None,
                 "known": s.known.as_dict() if s.known else None, "what": self.what(),
                 "frames": self.frames(), "how_often": self.how_often(),
+                "phase": s.phase or None, "phase_detail": s.phase_detail or None,
                 "rate": s.rate.as_dict() if s.rate else None, "where": self.where(),
                 "other_threads": self.others() if self.others_tested else None,
                 "evidence": s.example,
@@ -292,10 +295,13 @@ def signature_summaries(run_dir: Path, top: int = 10) -> list[dict[str, Any]]:
     (the normalised key text), class, signal, last_step, thread_state (busy | blocked | null),
     frames (key frames), count (occurrences), exposure (job | process exit | full teardown),
     rate_per_exposure, ci_low, ci_high (95%, clustered by process), patterns (names, most
-    frequent first), example (evidence folder or message), description."""
+    frequent first), example (evidence folder or message), description, phase (work |
+    device-release | driver-destroy | process-exit) and phase_detail (what the frames say:
+    `ELF destructor of libX`, or null), threads (hangs: what the stuck threads did)."""
     data = rundata.load([run_dir])
     keys = ("id", "key", "class", "signal", "last_step", "thread_state", "frames", "count",
-            "exposure", "rate_per_exposure", "ci_low", "ci_high", "example", "description")
+            "exposure", "rate_per_exposure", "ci_low", "ci_high", "example", "description",
+            "phase", "phase_detail", "threads")
     out = []
     for s in signatures.build(data)[:top]:
         d = s.as_dict()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stress.analysis import exposure as exp
+from stress.analysis import lifecycle
 from stress.analysis.known import KnownFailure
 from stress.analysis.rundata import RunData
 from stress.analysis.sigkeys import SignatureKey as SignatureKey  # (re-exported: reports)
@@ -120,6 +121,10 @@ class Signature:
     #   `key` entry of the same class, signal and step did not
     evidence_full: int = 0  # crashes with a core read and full stacks (the evidence budget)
     evidence_counted: int = 0  # crashes counted with a cheap record, past the budget
+    phases: Counter[str] = field(default_factory=Counter)  # each failure's lifecycle phase
+    phase_details: Counter[tuple[str, str]] = field(default_factory=Counter)  # (phase, what
+    #   the frames say: "ELF destructor of libfault.so")
+    stuck: Counter[str] = field(default_factory=Counter)  # hangs: what the stuck threads did
 
     @property
     def id(self) -> str:
@@ -187,7 +192,29 @@ class Signature:
         state = f" ({k.state})" if k.state else ""
         where = f" in {' < '.join(k.frames)}" if k.frames else ""
         msg = f": {k.message}" if k.message else ""
-        return f"{k.cls}{sig}{state} at {self.where_step()}{where}{msg}"
+        return f"{k.cls}{sig}{state}{self.in_phase()} at {self.where_step()}{where}{msg}"
+
+    @property
+    def phase(self) -> str:
+        """The lifecycle phase most of its failures were in (lifecycle.py): `work`,
+        `device-release`, `driver-destroy`, `process-exit`; "" when it has no rows."""
+        return self.phases.most_common(1)[0][0] if self.phases else ""
+
+    @property
+    def phase_detail(self) -> str:
+        """What the frames say of the phase (`ELF destructor of libfault.so`), "" if nothing."""
+        ds = Counter({d: n for (p, d), n in self.phase_details.items() if p == self.phase and d})
+        return ds.most_common(1)[0][0] if ds else ""
+
+    def in_phase(self) -> str:
+        """` in process-exit (ELF destructor of libfault.so)`; with several phases, each with
+        its count (` in device-release 3 / driver-destroy 1`); "" without rows, and for
+        errors, miscompares and failed commands (their step says it; `phase` still does)."""
+        if self.cls in NON_STACK_CLASSES or self.cls in STATUS_CLASSES:
+            return ""
+        if len(self.phases) > 1:
+            return " in " + " / ".join(f"{p} {n}" for p, n in self.phases.most_common())
+        return f" in {lifecycle.text(self.phase, self.phase_detail)}" if self.phase else ""
 
     def where_step(self) -> str:
         """`device-release`, or for a teardown group its steps: `teardown (device-release 4,
@@ -225,7 +252,10 @@ class Signature:
                 "example": self.example, "description": self.describe(),
                 "known": self.known.as_dict() if self.known is not None else None,
                 "evidence": {"full": self.evidence_full, "counted": self.evidence_counted},
-                "merged": dict(self.merged), "known_how": self.known_how or None}
+                "merged": dict(self.merged), "known_how": self.known_how or None,
+                "phase": self.phase or None, "phase_detail": self.phase_detail or None,
+                "phases": dict(self.phases.most_common()),
+                "threads": self.stuck.most_common(1)[0][0] if self.stuck else None}
 
 
 def failing_slot(steps: list[dict[str, Any]]) -> int | None:
@@ -341,6 +371,11 @@ def build(data: RunData) -> list[Signature]:
             _place(s, row, conc)
         s.rows.append(row)
         s.steps[row["step"]] += 1
+        phase = stack.phase or lifecycle.rules().of_step(row["step"] or None).value
+        s.phases[phase] += 1
+        s.phase_details[(phase, stack.phase_detail)] += 1
+        if stack.threads:
+            s.stuck[stack.threads] += 1
         s.exposures[exp.exposure_of(row)] += 1
         if not counted:  # a counted crash has no stacks of its own
             s.stack_sources[stack.source] += 1
@@ -357,6 +392,8 @@ def build(data: RunData) -> list[Signature]:
         if s is None:
             s = sigs[key] = Signature(key)
         n = int(c["count"])
+        if not s.rows:  # a mode seen only in the counts: its step says the phase
+            s.phases[lifecycle.rules().of_step(step or None).value] += n
         s.count += n
         s.patterns[c["pattern"]] += n
         s.programs[c["program"]] += n
