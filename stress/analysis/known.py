@@ -17,6 +17,10 @@ already filed are shown apart from new ones (and, in the gate, do not fail it).
     #   matched exactly or compatibly: the same mode seen through a shorter unwind or
     #   without symbols (`??` frames of the same module), and the report says which
 
+    [[known]]
+    upstream = "rocm-systems#10463"   # a shape of siglists/upstream.toml: every signature
+    note = "lost wake-up, filed upstream"  #   that the answer says `matches` it
+
 The key text is `class|signal|step|state|frame < frame < frame|message` (shown by
 `report --format json` as each signature's `key`). The key keeps a message's first 120
 characters. For errors and miscompares, a pattern that misses the key is tried on the key with
@@ -40,7 +44,8 @@ from typing import Any
 
 from stress.errors import UsageError
 
-_KEYS: frozenset[str] = frozenset({"signature", "match", "key", "note", "link"})
+_KEYS: frozenset[str] = frozenset({"signature", "match", "key", "upstream", "note", "link"})
+_WAYS: tuple[str, ...] = ("signature", "match", "key", "upstream")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ class KnownFailure:
     link: str = ""
     line: int = 0  # where it is in the file (for messages)
     key: str = ""  # a signature key text, matched exactly or compatibly
+    upstream: str = ""  # an upstream shape's id (siglists/upstream.toml): every signature
+    #   that shape matches
 
     def matches(self, sig_id: str, key_text: str, full_texts: Sequence[str] = ()) -> bool:
         """By id, or the pattern over the key text, or over *every one* of the signature's
@@ -62,13 +69,16 @@ class KnownFailure:
             return sig_id == self.signature
         if self.key:
             return key_text == self.key
+        if self.upstream:
+            return False  # matched by the signature's shape (lookup_signature)
         if fnmatch.fnmatchcase(key_text, self.match):
             return True
         return bool(full_texts) and all(fnmatch.fnmatchcase(t, self.match) for t in full_texts)
 
     def as_dict(self) -> dict[str, Any]:
         return {"signature": self.signature or None, "match": self.match or None,
-                "key": self.key or None, "note": self.note, "link": self.link or None}
+                "key": self.key or None, "upstream": self.upstream or None, "note": self.note,
+                "link": self.link or None}
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,11 @@ class KnownFailures:
         hit = self.lookup(sig.id, sig.key.text(), sig.full_texts)
         if hit is not None:
             return hit
+        shape = getattr(sig, "upstream", None)
+        hit = next((e for e in self.entries if e.upstream and shape is not None
+                    and e.upstream == shape.id), None)
+        if hit is not None:
+            return hit
         detailed = sig.key.detailed()
         hit = next((e for e in self.entries if e.key and e.key == detailed), None)
         if hit is not None:
@@ -121,22 +136,24 @@ class KnownFailures:
 EMPTY = KnownFailures(None, ())
 
 
-def _tiny_toml(text: str, path: Path) -> tuple[list[dict[str, Any]], list[int]]:
-    """The subset this format uses: `[[known]]` headers and `key = "string"` lines."""
+def _tiny_toml(text: str, path: Path, table: str = "known"
+               ) -> tuple[list[dict[str, Any]], list[int]]:
+    """The subset this format uses: `[[known]]` (or `[[table]]`) headers and `key = "string"`
+    lines (upstream.py reads its catalog with it too)."""
     tables: list[dict[str, Any]] = []
     lines: list[int] = []
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        if re.fullmatch(r"\[\[known\]\]\s*(#.*)?", line):
+        if re.fullmatch(r"\[\[" + re.escape(table) + r"\]\]\s*(#.*)?", line):
             tables.append({})
             lines.append(n)
             continue
         m = re.fullmatch(r'([A-Za-z_]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|\'([^\']*)\')\s*(#.*)?',
                          line)
         if not m or not tables:
-            raise UsageError(f"{path}:{n}: cannot read this line (expected [[known]] or "
+            raise UsageError(f"{path}:{n}: cannot read this line (expected [[{table}]] or "
                              f'key = "value"): {raw.strip()!r}')
         basic, literal = m.group(2), m.group(3)
         tables[-1][m.group(1)] = literal if basic is None else \
@@ -185,16 +202,17 @@ def _entry(t: Any, path: Path, line: int) -> KnownFailure:
                          f"{', '.join(sorted(_KEYS))})")
     if not all(isinstance(v, str) for v in t.values()):
         raise UsageError(f"{where}: values must be strings")
-    if sum(bool(t.get(k)) for k in ("signature", "match", "key")) != 1:
+    if sum(bool(t.get(k)) for k in _WAYS) != 1:
         raise UsageError(f"{where}: give exactly one of `signature` (an id), `match` "
-                         f"(a glob over the signature key) or `key` (a signature key)")
+                         f"(a glob over the signature key), `key` (a signature key) or "
+                         f"`upstream` (a shape's id in siglists/upstream.toml)")
     if t.get("key") and t["key"].count("|") < 5:
         raise UsageError(f"{where}: `key` must be a signature key as a report prints it "
                          f"(class|signal|step|state|frames|message), got {t['key']!r}")
     if not t.get("note"):
         raise UsageError(f"{where}: a known failure needs a `note` saying what it is")
     return KnownFailure(t["note"], t.get("signature", ""), t.get("match", ""), t.get("link", ""),
-                        line, t.get("key", ""))
+                        line, t.get("key", ""), t.get("upstream", ""))
 
 
 def load_all(paths: Iterable[Path]) -> KnownFailures:

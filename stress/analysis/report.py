@@ -112,6 +112,8 @@ class Finding:
         out = [(label, self.frames())]
         if s.stuck:
             out.append(("threads", s.stuck.most_common(1)[0][0]))
+        if s.upstream is not None:
+            out.append(("matches", s.upstream.describe()))
         out += [("how often", self.how_often()), ("where", self.where())]
         if self.others_tested:
             out.append(("other threads", self.others()))
@@ -135,6 +137,7 @@ class Finding:
                 "known": s.known.as_dict() if s.known else None, "what": self.what(),
                 "frames": self.frames(), "how_often": self.how_often(),
                 "phase": s.phase or None, "phase_detail": s.phase_detail or None,
+                "matches": s.upstream.describe() if s.upstream else None,
                 "rate": s.rate.as_dict() if s.rate else None, "where": self.where(),
                 "other_threads": self.others() if self.others_tested else None,
                 "evidence": s.example,
@@ -301,7 +304,7 @@ def signature_summaries(run_dir: Path, top: int = 10) -> list[dict[str, Any]]:
     data = rundata.load([run_dir])
     keys = ("id", "key", "class", "signal", "last_step", "thread_state", "frames", "count",
             "exposure", "rate_per_exposure", "ci_low", "ci_high", "example", "description",
-            "phase", "phase_detail", "threads")
+            "phase", "phase_detail", "threads", "upstream")
     out = []
     for s in signatures.build(data)[:top]:
         d = s.as_dict()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stress.analysis import exposure as exp
-from stress.analysis import lifecycle
+from stress.analysis import lifecycle, upstream
 from stress.analysis.known import KnownFailure
 from stress.analysis.rundata import RunData
 from stress.analysis.sigkeys import SignatureKey as SignatureKey  # (re-exported: reports)
@@ -125,6 +125,9 @@ class Signature:
     phase_details: Counter[tuple[str, str]] = field(default_factory=Counter)  # (phase, what
     #   the frames say: "ELF destructor of libfault.so")
     stuck: Counter[str] = field(default_factory=Counter)  # hangs: what the stuck threads did
+    functions: tuple[str, ...] = ()  # its failing thread's named functions (first row with
+    #   any): what upstream shapes match
+    upstream: upstream.Shape | None = None  # the known upstream shape it looks like
 
     @property
     def id(self) -> str:
@@ -255,7 +258,8 @@ class Signature:
                 "merged": dict(self.merged), "known_how": self.known_how or None,
                 "phase": self.phase or None, "phase_detail": self.phase_detail or None,
                 "phases": dict(self.phases.most_common()),
-                "threads": self.stuck.most_common(1)[0][0] if self.stuck else None}
+                "threads": self.stuck.most_common(1)[0][0] if self.stuck else None,
+                "upstream": self.upstream.as_dict() if self.upstream else None}
 
 
 def failing_slot(steps: list[dict[str, Any]]) -> int | None:
@@ -376,6 +380,8 @@ def build(data: RunData) -> list[Signature]:
         s.phase_details[(phase, stack.phase_detail)] += 1
         if stack.threads:
             s.stuck[stack.threads] += 1
+        if stack.functions and not s.functions:
+            s.functions = stack.functions
         s.exposures[exp.exposure_of(row)] += 1
         if not counted:  # a counted crash has no stacks of its own
             s.stack_sources[stack.source] += 1
@@ -405,6 +411,9 @@ def build(data: RunData) -> list[Signature]:
             for row in s.rows:
                 _place(s, row, conc)
     _rates(data, list(sigs.values()))
+    for s in sigs.values():
+        if s.cls not in NON_STACK_CLASSES and s.cls not in STATUS_CLASSES:
+            s.upstream = upstream.match(s.cls, s.key.state, s.phase, s.functions, s.rows)
     return sorted(sigs.values(), key=lambda s: (-(s.rate.failures if s.rate else 0), -s.count,
                                                 s.id))
 

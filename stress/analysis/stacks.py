@@ -130,8 +130,9 @@ def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> 
 
 def thread_state(row: dict[str, Any]) -> str:
     """busy | blocked for hangs (issue 17 item 5: the failing thread's CPU use across the
-    evidence window; busy whenever any thread of the process spun, issue 39), else "". Read from the row's evidence (`activity` of `activity_tid`,
-    `threads` {tid: {state}}, or `busy_tids` / `blocked_tids`), else from failure.json."""
+    evidence window; busy whenever any thread of the process spun, issue 39), else "". Read
+    from the row's evidence (`busy_tids`; `activity` of `activity_tid`, `threads` {tid:
+    {state}}, or `blocked_tids`), else from failure.json."""
     if row["class"] not in HANG_CLASSES:
         return ""
     if _busy_tids(row):  # a process is busy when any of its threads spins (issue 39)
