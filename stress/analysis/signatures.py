@@ -449,9 +449,11 @@ def _rates(data: RunData, sigs: list[Signature]) -> None:
     for s in sigs:
         if s.exposure is exp.Exposure.PROCESS_EXIT:
             s.rate = exp.exit_rate(data, s.procs)
-        elif s.exposure is exp.Exposure.FULL_TEARDOWN:
+        elif s.exposure in (exp.Exposure.FULL_TEARDOWN, exp.Exposure.DRIVER_TEARDOWN):
             hits: Counter[exp.JobKey] = Counter(k for r in s.rows for k in [exp.job_key(r)] if k)
-            s.rate = exp.full_teardown_rate(data, hits)
+            s.rate = exp.full_teardown_rate(data, hits) \
+                if s.exposure is exp.Exposure.FULL_TEARDOWN else \
+                exp.driver_teardown_rate(data, hits)
         else:
             s.rate = exp.job_rate(data, s.jobs, clusters)
 
