@@ -20,6 +20,7 @@ from stress.analysis import (
     known,
     rundata,
     signatures,
+    teardowns,
 )
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import Rate, fmt_rate
@@ -156,6 +157,7 @@ class Report:
     known_file: str | None = None
     overall_exits: Rate | None = None  # process exits that failed, when any did
     busy_idle: list[gpuidle.BusyIdle] | None = None  # GPU busy with nothing in flight
+    teardowns: list[teardowns.TeardownRow] | None = None  # failures per teardown, by phase
 
     @property
     def totals(self) -> counts.Counts:
@@ -232,6 +234,7 @@ class Report:
                 "exposures": [exposure_dict(p) for p in self.patterns],
                 "exposure_totals": t.exposures(),
                 "exit_paths": self.exit_paths.as_dict() if self.exit_paths else None,
+                "teardowns": [t.as_dict() for t in self.teardowns or []],
                 "healthy_windows": self.healthy_windows,
                 "telemetry": telemetry_summary(self.data),
                 "busy_idle": [b.as_dict() for b in self.busy_idle or []]}
@@ -271,7 +274,7 @@ def build(dirs: list[Path], known_paths: Sequence[Path] = ()) -> Report:
     return Report(data, summaries, sigs + idle_sigs, corr, factor_table,
                   exposure.exit_paths(data), overall,
                   ", ".join(str(p) for p in known_paths) or None,
-                  exposure.failing_exits(data), busy)
+                  exposure.failing_exits(data), busy, teardowns.rows(sigs, data.totals))
 
 
 def telemetry_summary(data: rundata.RunData) -> list[dict[str, Any]]:
@@ -473,6 +476,9 @@ def _exposure_lines(r: Report, markdown: bool) -> str:
     if r.exit_paths is not None:
         parts.append(_table(f"Exit paths: {r.exit_paths.verdict()}", EXIT_PATH_HEAD,
                             exit_path_rows(r), markdown))
+    if any(t.rate.failures for t in r.teardowns or []):
+        parts.append(_table("Teardowns: failures by phase, per exposure", teardowns.HEAD,
+                            [t.cells() for t in r.teardowns], markdown))
     return "\n\n".join(parts)
 
 

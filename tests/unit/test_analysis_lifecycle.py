@@ -76,3 +76,24 @@ def test_a_malformed_rule_names_its_file_and_line(tmp_path: Path) -> None:
     bad.write_text("step invoke work\nframe nowhere ^exit$ => x\n")
     with pytest.raises(ValueError, match="phases.txt:2"):
         lifecycle.PhaseRules.load(bad)
+
+
+def test_the_teardown_table_rates_each_phase_per_its_own_exposure() -> None:
+    from collections import Counter
+
+    from stress.analysis import teardowns
+    from stress.analysis.signatures import Signature, SignatureKey
+    from stress.store.counts import Counts, PatternCounts
+
+    crash = Signature(SignatureKey("crash", "SIGSEGV", "teardown", "", ("f",), ""))
+    crash.phases = Counter({"driver-destroy": 3, "device-release": 1})
+    error = Signature(SignatureKey("miscompare", None, "check", "", (), "m"))
+    error.phases = Counter({"work": 5})
+    totals = Counts()
+    totals.patterns["driver-churn"] = PatternCounts("driver-churn", jobs=30, full_teardowns=20,
+                                                    handle_releases=10, driver_teardowns=30)
+    rows = {r.phase.value: r for r in teardowns.rows([crash, error], totals)}
+    assert set(rows) == {"device-release", "driver-destroy"}  # no process exit was counted
+    assert (rows["driver-destroy"].rate.failures, rows["driver-destroy"].rate.units) == (3, 30)
+    assert (rows["device-release"].rate.failures, rows["device-release"].rate.units) == (1, 30)
+    assert rows["driver-destroy"].cells()[0] == "driver-destroy (per driver destroyed)"

@@ -117,7 +117,7 @@ def test_summary_signatures_keep_their_documented_keys(run_dir: Path) -> None:
     got = report.signature_summaries(run_dir)
     assert {"id", "key", "class", "signal", "last_step", "thread_state", "frames", "count",
             "exposure", "rate_per_exposure", "ci_low", "ci_high", "patterns", "example",
-            "description"} == set(got[0])
+            "description", "phase", "phase_detail", "threads", "upstream"} == set(got[0])
     json.dumps(got)
 
 
