@@ -478,7 +478,7 @@ def _exposure_lines(r: Report, markdown: bool) -> str:
                             exit_path_rows(r), markdown))
     if any(t.rate.failures for t in r.teardowns or []):
         parts.append(_table("Teardowns: failures by phase, per exposure", teardowns.HEAD,
-                            [t.cells() for t in r.teardowns], markdown))
+                            [t.cells() for t in r.teardowns or []], markdown))
     return "\n\n".join(parts)
 
 
