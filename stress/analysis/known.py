@@ -136,7 +136,7 @@ class KnownFailures:
 EMPTY = KnownFailures(None, ())
 
 
-def _tiny_toml(text: str, path: Path, table: str = "known"
+def tiny_toml(text: str, path: Path, table: str = "known"
                ) -> tuple[list[dict[str, Any]], list[int]]:
     """The subset this format uses: `[[known]]` (or `[[table]]`) headers and `key = "string"`
     lines (upstream.py reads its catalog with it too)."""
@@ -161,6 +161,16 @@ def _tiny_toml(text: str, path: Path, table: str = "known"
     return tables, lines
 
 
+def toml_doc(text: str, path: Path) -> dict[str, Any]:
+    """A TOML file's document (Python 3.11+); a UsageError naming the file when malformed."""
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
 def _table_lines(text: str) -> list[int]:
     return [n for n, line in enumerate(text.splitlines(), 1) if line.strip() == "[[known]]"]
 
@@ -172,12 +182,7 @@ def load(path: Path) -> KnownFailures:
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the known-failures file: {exc.strerror}") from None
     if sys.version_info >= (3, 11):
-        import tomllib
-
-        try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path}: {exc}") from None
+        doc = toml_doc(text, path)
         unknown_top = set(doc) - {"known"}
         if unknown_top:
             raise UsageError(f"{path}: unknown top-level key(s) {sorted(unknown_top)}; "
@@ -187,7 +192,7 @@ def load(path: Path) -> KnownFailures:
             raise UsageError(f"{path}: `known` must be an array of tables ([[known]])")
         lines = _table_lines(text)
     else:
-        tables, lines = _tiny_toml(text, path)
+        tables, lines = tiny_toml(text, path)
     return KnownFailures(path, tuple(_entry(t, path, lines[i] if i < len(lines) else 0)
                                      for i, t in enumerate(tables)))
 

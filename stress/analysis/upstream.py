@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.analysis.framerules import SIGLISTS, rules
-from stress.analysis.known import _tiny_toml
+from stress.analysis.known import tiny_toml, toml_doc
 from stress.analysis.stacks import read_folder
 from stress.errors import UsageError
 
@@ -93,15 +93,8 @@ def load(path: Path = CATALOG) -> tuple[Shape, ...]:
         text = path.read_text()
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the upstream shapes: {exc.strerror}") from None
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        try:
-            tables = tomllib.loads(text).get("shape", [])
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path}: {exc}") from None
-    else:
-        tables, _ = _tiny_toml(text, path, "shape")
+    tables = toml_doc(text, path).get("shape", []) if sys.version_info >= (3, 11) else \
+        tiny_toml(text, path, "shape")[0]
     return tuple(_shape(t, path) for t in tables if isinstance(t, dict))
 
 

@@ -296,11 +296,7 @@ class InstanceChurn:
                 done += count
             finally:
                 dev.release(t.writer, work.result)
-                release_driver(holder, t.writer)
-                holder.instance = None
-                t.writer.begin(Step.GC)
-                gc.collect()
-                t.writer.end(Step.GC)
+                _destroy_driver(holder, t.writer)
 
 
 class DriverChurn:
@@ -321,17 +317,23 @@ class DriverChurn:
                 w.call(dev.loaded["p"], work.inputs, t.writer, dev, work.expect, work.result, i)
         finally:
             dev.release(t.writer, work.result)
-            release_driver(holder, t.writer)  # its last reference: the driver is destroyed
-            holder.instance = None
-            t.writer.begin(Step.GC)  # and whatever a binding cycle kept of it
-            gc.collect()
-            t.writer.end(Step.GC)
+            _destroy_driver(holder, t.writer)
 
 
 class _Holder:
     def __init__(self, instance: Any):
         self.instance: Any = instance
         self.driver: Any = None
+
+
+def _destroy_driver(holder: _Holder, writer: SlotWriter) -> None:
+    """Drops a job's own driver (its last reference: it is destroyed here) and instance, then
+    collects whatever a binding cycle kept of them, each step journaled."""
+    release_driver(holder, writer)
+    holder.instance = None
+    writer.begin(Step.GC)
+    gc.collect()
+    writer.end(Step.GC)
 
 
 class CrossThread:
