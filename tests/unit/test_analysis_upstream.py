@@ -190,3 +190,12 @@ def test_a_malformed_shape_is_a_usage_error_naming_the_file(tmp_path: Path) -> N
     bad.write_text('[[shape]]\nid = "x"\ntitle = "t"\nclass = "crash"\nframes = "(unclosed"\n')
     with pytest.raises(known.UsageError, match="upstream.toml: shape 'x': bad regular"):
         upstream.load(bad)
+
+
+def test_a_c_build_with_flattened_names_matches_the_same_shape(tmp_path: Path) -> None:
+    """A stand-in library written in C names `rocr_core_InterruptSignal_WaitRelaxed`."""
+    main = [("syscall", "libc.so.6"), ("rocr_core_InterruptSignal_WaitRelaxed", "libfake.so"),
+            ("hipStreamSynchronize", "libfake.so")]
+    text = gdb_text([(PID, main), (PID + 7, [("rocr_AsyncEventsLoop", "libfake.so")])])
+    s = build([failure(tmp_path, "f", "hang", text, step="readback", blocked=(PID, PID + 7))])[0]
+    assert s.upstream is not None and s.upstream.id == "rocm-systems#10463"
