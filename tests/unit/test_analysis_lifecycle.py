@@ -97,3 +97,22 @@ def test_the_teardown_table_rates_each_phase_per_its_own_exposure() -> None:
     assert (rows["driver-destroy"].rate.failures, rows["driver-destroy"].rate.units) == (3, 30)
     assert (rows["device-release"].rate.failures, rows["device-release"].rate.units) == (1, 30)
     assert rows["driver-destroy"].cells()[0] == "driver-destroy (per driver destroyed)"
+
+
+def test_a_failure_at_driver_churns_driver_release_is_rated_per_driver_teardown() -> None:
+    from collections import Counter
+
+    from stress.analysis import exposure
+    from stress.analysis.rundata import RunData
+
+    row = {"run_id": "r1", "job_index": 3, "pattern": "driver-churn", "pid": 11,
+           "last_step": "driver-release", "exposure": None}
+    assert exposure.exposure_of(row) is exposure.Exposure.DRIVER_TEARDOWN
+    assert exposure.exposure_of({**row, "pattern": "per-call"}) is exposure.Exposure.JOB
+    data = RunData([])
+    data.jobs = [{"run_id": "r1", "job_index": i, "pattern": p, "pid": 10 + i % 2}
+                 for i, p in enumerate(["driver-churn"] * 6 + ["instance-churn"] * 2)]
+    data.failures = [row]
+    rate = exposure.driver_teardown_rate(data, Counter({("r1", 3): 1}))
+    # 6 driver-churn jobs x 1 + 2 instance-churn jobs x 3 (one per chunk); job 3 failed one
+    assert (rate.failures, rate.units) == (1, 12)
