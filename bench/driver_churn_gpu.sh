@@ -20,7 +20,7 @@ GPU=$(nvidia-smi -L | head -1)
   > "$OUT/driver_churn_maps-cuda.txt" 2>&1
 cat "$OUT/driver_churn_maps-cuda.txt"
 CMD="python3 -m stress soak --target cuda --artifacts $HG/cuda --patterns driver-churn,per-call \
---programs 'unary.*.f32.*' --workers 4 --threads 2 --duration 120s --seed 39 -q --results /tmp/dc"
+--programs 'unary.*.f32.*' --workers 4 --threads 2 --duration ${SOAK_S:-120}s --seed 39 -q --results /tmp/dc"
 { echo "# command: $CMD"; echo "# then: python3 -m stress report /tmp/dc"
   echo "# commit: $COMMIT"; echo "# machine: $GPU"
   eval "timeout 400 $CMD"; echo "# soak exit status: $?"
