@@ -222,12 +222,14 @@ class Family(str, enum.Enum):
 
     CORE = "all"  # the default: in-process patterns and process-per-job
     EXIT = "exit"  # opt-in: exit-alive finds the known local-task exit-order crash every run
+    DRIVER = "driver"  # opt-in: the HAL driver itself created and destroyed per job
     NATIVE = "native"  # --engine native: IREE's tools
     EXEC = "exec"  # --engine exec: the user's command
 
     def describe(self) -> str:
         return {Family.CORE: "device lifecycles inside our workers, and process-per-job",
                 Family.EXIT: "one process per job, leaving by a chosen exit path",
+                Family.DRIVER: "a new HAL driver per job, destroyed with its device",
                 Family.NATIVE: "IREE's own tools, one process per job",
                 Family.EXEC: "the user's command, one run per job"}[self]
 
@@ -249,6 +251,8 @@ class PatternSpec:
     exit_path: ExitPath | None = None  # exit family: how its process leaves
     shares_device: bool = False  # its jobs share the process's one device (whose teardown is
     #   attributed to the last of them)
+    driver_teardowns: int = 0  # HAL drivers each finished job created and destroyed (the GPU
+    #   library opened and closed: IREE's HIP driver dlcloses libamdhip64 at its destroy)
 
     def describe(self) -> str:
         return self.summary
@@ -265,11 +269,14 @@ PATTERNS: dict[str, PatternSpec] = {p.name: p for p in (
     PatternSpec("churn", Family.CORE, 24, False, "devices created and released in bursts; some "
                 "released while another thread still has an invocation in flight on them"),
     PatternSpec("instance-churn", Family.CORE, 12, False, "VM instance and HAL driver recreated "
-                "too (with a gc pass), in chunks of a job"),
+                "too (with a gc pass), in chunks of a job", driver_teardowns=3),
     PatternSpec("cross-thread", Family.CORE, 24, False,
                 "device created in one thread, used in a second, released in a third"),
     PatternSpec("process-per-job", Family.CORE, 20, True, "a fresh worker process per job (the "
                 "ctest shape): create, run, release, exit"),
+    PatternSpec("driver-churn", Family.DRIVER, 12, False, "a new HAL driver per job (not the "
+                "cached one), a device on it, run, then device and driver released and "
+                "collected: the GPU library opened and closed per job", driver_teardowns=1),
     # the exit family exists for its process exit: a few checked invocations, then the exit
     *(PatternSpec(p.value, Family.EXIT, 4, True, p.describe(), exit_path=p) for p in ExitPath),
     # one process per job: the engines' job scale (1/20) turns the default 20 into 1
@@ -302,3 +309,10 @@ def one_job_process(name: str, engine: str = Engine.PYTHON.value) -> bool:
 def exit_path_of(name: str) -> ExitPath | None:
     spec = PATTERNS.get(name)
     return spec.exit_path if spec is not None else None
+
+
+def driver_teardowns(name: str) -> int:
+    """HAL drivers one finished job of this pattern created and destroyed (0: none; the
+    driver of the process is released only at its exit)."""
+    spec = PATTERNS.get(name)
+    return spec.driver_teardowns if spec is not None else 0

@@ -8,6 +8,10 @@
   (or with exposure `process_exit`) are rated per exit. Processes are independent clusters.
 * full teardown: the last device of a process released (jobs.full_teardowns); failures with
   exposure `full_teardown` are rated per full teardown, clustered by process.
+* driver teardown (issue 39): a HAL driver a job created and destroyed (driver-churn one per
+  job, instance-churn one per chunk; the registry's `driver_teardowns`); failures of those
+  patterns at driver-release or the gc pass after it are rated per driver teardown, clustered
+  by process.
 
 Issue 17 item 6, the exit-path ablation, is `exit_paths`: the teardown failure rate per
 process exit of each exit path, and the control arm (`os._exit`, which skips the driver's exit
@@ -31,7 +35,7 @@ from stress.analysis.stats import (
     clustered_rate,
     compare_rates,
 )
-from stress.vocab import CONTROL_EXIT_PATHS
+from stress.vocab import CONTROL_EXIT_PATHS, driver_teardowns
 
 ABLATION_FDR: float = 0.05  # a path "fails more than the control" at this false-discovery rate
 _TEARDOWN_CLASSES: frozenset[str] = frozenset({"crash", "teardown_hang", "error"})
@@ -41,10 +45,15 @@ class Exposure(str, enum.Enum):
     JOB = "job"
     PROCESS_EXIT = "process exit"
     FULL_TEARDOWN = "full teardown"
+    DRIVER_TEARDOWN = "driver teardown"
 
     def describe(self) -> str:
         return {Exposure.JOB: "per job", Exposure.PROCESS_EXIT: "per process exit",
-                Exposure.FULL_TEARDOWN: "per full driver teardown"}[self]
+                Exposure.FULL_TEARDOWN: "per full driver teardown",
+                Exposure.DRIVER_TEARDOWN: "per HAL driver destroyed"}[self]
+
+
+_DRIVER_STEPS: frozenset[str] = frozenset({"driver-release", "gc"})  # a job's driver destroy
 
 
 JobKey = tuple[str, int]
@@ -60,6 +69,9 @@ def exposure_of(row: dict[str, Any]) -> Exposure:
         return Exposure(e)
     if row.get("last_step") == "worker-exit":
         return Exposure.PROCESS_EXIT
+    if row.get("last_step") in _DRIVER_STEPS and row.get("job_index") is not None and \
+            driver_teardowns(str(row.get("pattern") or "")):
+        return Exposure.DRIVER_TEARDOWN
     return Exposure.JOB  # a job-less failure (a worker's start-up) counts as an occurrence only
 
 
@@ -122,6 +134,22 @@ def full_teardown_rate(data: RunData, hit: Counter[JobKey]) -> Rate:
         fails = min(m, hit.get(key, 0))
         units += [Unit(clusters[key], int(i < fails)) for i in range(m)]
     return clustered_rate(units, "full teardown")
+
+
+def driver_teardown_rate(data: RunData, hit: Counter[JobKey]) -> Rate:
+    """Failures per HAL driver destroyed in a job: each finished job contributes its pattern's
+    driver teardowns; a job that died in one (no job row) one failed teardown."""
+    clusters = job_clusters(data)
+    units: list[Unit] = []
+    done: set[JobKey] = set()
+    for j in data.jobs:
+        key = (j["run_id"], int(j["job_index"]))
+        m = driver_teardowns(str(j.get("pattern") or ""))
+        done.add(key)
+        fails = min(m, hit.get(key, 0))
+        units += [Unit(clusters[key], int(i < fails)) for i in range(m)]
+    units += [Unit(clusters.get(k, k), 1) for k in hit if k not in done]
+    return clustered_rate(units, "driver teardown")
 
 
 def proc_key(row: dict[str, Any]) -> ProcKey | None:

@@ -22,6 +22,10 @@ already filed are shown apart from new ones (and, in the gate, do not fail it).
     programs = "*.f16.*, *.bf16.*"              # only signatures all of whose programs match
     note = "narrow types on the default Vulkan target"
 
+    [[known]]
+    upstream = "rocm-systems#10463"   # a shape of siglists/upstream.toml: every signature
+    note = "lost wake-up, filed upstream"  #   that the answer says `matches` it
+
 The key text is `class|signal|step|state|frame < frame < frame|message` (shown by
 `report --format json` as each signature's `key`). The key keeps a message's first 120
 characters. For errors and miscompares, a pattern that misses the key is tried on the key with
@@ -45,7 +49,9 @@ from typing import Any
 
 from stress.errors import UsageError
 
-_KEYS: frozenset[str] = frozenset({"signature", "match", "key", "note", "link", "programs"})
+_KEYS: frozenset[str] = frozenset({"signature", "match", "key", "upstream", "note", "link",
+                                   "programs"})
+_WAYS: tuple[str, ...] = ("signature", "match", "key", "upstream")
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ class KnownFailure:
     line: int = 0  # where it is in the file (for messages)
     key: str = ""  # a signature key text, matched exactly or compatibly
     programs: str = ""  # comma-separated globs: only a signature all of whose programs match
+    upstream: str = ""  # an upstream shape's id (siglists/upstream.toml): every signature
+    #   that shape matches
 
     def covers(self, programs: Iterable[str]) -> bool:
         """Whether the entry may name a signature of these programs: any, without
@@ -79,14 +87,16 @@ class KnownFailure:
             return sig_id == self.signature
         if self.key:
             return key_text == self.key
+        if self.upstream:
+            return False  # matched by the signature's shape (lookup_signature)
         if fnmatch.fnmatchcase(key_text, self.match):
             return True
         return bool(full_texts) and all(fnmatch.fnmatchcase(t, self.match) for t in full_texts)
 
     def as_dict(self) -> dict[str, Any]:
         return {"signature": self.signature or None, "match": self.match or None,
-                "key": self.key or None, "note": self.note, "link": self.link or None,
-                "programs": self.programs or None}
+                "key": self.key or None, "upstream": self.upstream or None, "note": self.note,
+                "link": self.link or None, "programs": self.programs or None}
 
 
 @dataclass(frozen=True)
@@ -124,6 +134,11 @@ class KnownFailures:
         hit = self.lookup(sig.id, sig.key.text(), sig.full_texts)
         if hit is not None:
             return hit
+        shape = getattr(sig, "upstream", None)
+        hit = next((e for e in self.entries if e.upstream and shape is not None
+                    and e.upstream == shape.id), None)
+        if hit is not None:
+            return hit
         detailed = sig.key.detailed()
         hit = next((e for e in entries if e.key and e.key == detailed), None)
         if hit is not None:
@@ -144,27 +159,39 @@ class KnownFailures:
 EMPTY = KnownFailures(None, ())
 
 
-def _tiny_toml(text: str, path: Path) -> tuple[list[dict[str, Any]], list[int]]:
-    """The subset this format uses: `[[known]]` headers and `key = "string"` lines."""
+def tiny_toml(text: str, path: Path, table: str = "known"
+               ) -> tuple[list[dict[str, Any]], list[int]]:
+    """The subset this format uses: `[[known]]` (or `[[table]]`) headers and `key = "string"`
+    lines (upstream.py reads its catalog with it too)."""
     tables: list[dict[str, Any]] = []
     lines: list[int] = []
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        if re.fullmatch(r"\[\[known\]\]\s*(#.*)?", line):
+        if re.fullmatch(r"\[\[" + re.escape(table) + r"\]\]\s*(#.*)?", line):
             tables.append({})
             lines.append(n)
             continue
         m = re.fullmatch(r'([A-Za-z_]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|\'([^\']*)\')\s*(#.*)?',
                          line)
         if not m or not tables:
-            raise UsageError(f"{path}:{n}: cannot read this line (expected [[known]] or "
+            raise UsageError(f"{path}:{n}: cannot read this line (expected [[{table}]] or "
                              f'key = "value"): {raw.strip()!r}')
         basic, literal = m.group(2), m.group(3)
         tables[-1][m.group(1)] = literal if basic is None else \
             basic.encode().decode("unicode_escape")
     return tables, lines
+
+
+def toml_doc(text: str, path: Path) -> dict[str, Any]:
+    """A TOML file's document (Python 3.11+); a UsageError naming the file when malformed."""
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: {exc}") from None
 
 
 def _table_lines(text: str) -> list[int]:
@@ -178,12 +205,7 @@ def load(path: Path) -> KnownFailures:
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the known-failures file: {exc.strerror}") from None
     if sys.version_info >= (3, 11):
-        import tomllib
-
-        try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path}: {exc}") from None
+        doc = toml_doc(text, path)
         unknown_top = set(doc) - {"known"}
         if unknown_top:
             raise UsageError(f"{path}: unknown top-level key(s) {sorted(unknown_top)}; "
@@ -193,7 +215,7 @@ def load(path: Path) -> KnownFailures:
             raise UsageError(f"{path}: `known` must be an array of tables ([[known]])")
         lines = _table_lines(text)
     else:
-        tables, lines = _tiny_toml(text, path)
+        tables, lines = tiny_toml(text, path)
     return KnownFailures(path, tuple(_entry(t, path, lines[i] if i < len(lines) else 0)
                                      for i, t in enumerate(tables)))
 
@@ -208,16 +230,17 @@ def _entry(t: Any, path: Path, line: int) -> KnownFailure:
                          f"{', '.join(sorted(_KEYS))})")
     if not all(isinstance(v, str) for v in t.values()):
         raise UsageError(f"{where}: values must be strings")
-    if sum(bool(t.get(k)) for k in ("signature", "match", "key")) != 1:
+    if sum(bool(t.get(k)) for k in _WAYS) != 1:
         raise UsageError(f"{where}: give exactly one of `signature` (an id), `match` "
-                         f"(a glob over the signature key) or `key` (a signature key)")
+                         f"(a glob over the signature key), `key` (a signature key) or "
+                         f"`upstream` (a shape's id in siglists/upstream.toml)")
     if t.get("key") and t["key"].count("|") < 5:
         raise UsageError(f"{where}: `key` must be a signature key as a report prints it "
                          f"(class|signal|step|state|frames|message), got {t['key']!r}")
     if not t.get("note"):
         raise UsageError(f"{where}: a known failure needs a `note` saying what it is")
     return KnownFailure(t["note"], t.get("signature", ""), t.get("match", ""), t.get("link", ""),
-                        line, t.get("key", ""), t.get("programs", ""))
+                        line, t.get("key", ""), t.get("programs", ""), t.get("upstream", ""))
 
 
 def load_all(paths: Iterable[Path]) -> KnownFailures:

@@ -13,7 +13,6 @@ from typing import Any
 
 from stress.analysis import (
     correlation,
-    culprit,
     exposure,
     factors,
     gpuidle,
@@ -21,7 +20,9 @@ from stress.analysis import (
     known,
     rundata,
     signatures,
+    teardowns,
 )
+from stress.analysis.finding import Finding as Finding  # (re-exported: tests, html)
 from stress.analysis.signatures import Signature
 from stress.analysis.stats import Rate, fmt_rate
 from stress.analysis.text import (
@@ -33,121 +34,10 @@ from stress.analysis.text import (
 )
 from stress.store import counts
 from stress.store import summary as summary_mod
-from stress.vocab import Engine, FailureClass
+from stress.vocab import Engine
 
 CORRELATED_SIGNATURES: int = 8  # signatures that get a correlation table
 FIRST_SCREEN: int = 6  # findings on the first screen; the rest are in the tables below
-FRAMES_SHOWN: int = 3
-
-
-def _label(s: Signature) -> str:
-    """What a finding's first line shows: a message (errors, miscompares), frames, or for an
-    exec failure without frames its failing tests, the process that died, or its output."""
-    if s.cls in ("error", "miscompare"):
-        return "message"
-    if s.frames or not s.key.message or s.cls == gpuidle.CLASS:
-        return "frames"
-    first = s.rows[0] if s.rows else {}
-    if s.cls == FailureClass.FAILED and s.key.message == signatures.tests_message(first):
-        return "tests"
-    return "process" if s.key.message == signatures.child_message(first) else "last output"
-
-
-@dataclass
-class Finding:
-    """One line of the answer: a signature as a user reads it."""
-
-    signature: Signature
-    correlation: correlation.SignatureCorrelation | None
-
-    @property
-    def is_known(self) -> bool:
-        return self.signature.known is not None
-
-    def what(self) -> str:
-        k = self.signature.key
-        sig = f" {k.signal}" if k.signal else ""
-        state = f" ({k.state})" if k.state else ""
-        return f"{k.cls}{sig}{state} at {self.signature.where_step()}"
-
-    def frames(self) -> str:
-        s = self.signature
-        shown = list(s.display[:FRAMES_SHOWN]) or list(s.frames)
-        src = s.stack_sources.most_common(1)[0][0] if s.stack_sources else ""
-        if s.cls == gpuidle.CLASS:  # no stack: the time line's samples are the evidence
-            return s.example or "-"
-        if not shown:
-            if s.cls in ("error", "miscompare") or s.key.message:  # an exec job's output
-                return s.key.message or "-"
-            return f"no native frames (stack source: {src or 'none'})"
-        return " < ".join(shown) + (f"   [{src}]" if src and src != "none" else "")
-
-    def how_often(self) -> str:
-        s = self.signature
-        r = s.rate
-        extra = f"; {s.count:,} occurrences" if s.count != (r.failures if r else 0) else ""
-        return (r.describe() if r else f"{s.count} occurrences") + extra
-
-    def where(self) -> str:
-        s = self.signature
-        total = max(1, sum(s.patterns.values()))
-        pats = ", ".join(f"{p} {100 * n / total:.0f}%" for p, n in s.patterns.most_common(4))
-        conc = ", ".join(c for c, _ in s.concurrency.most_common(3))
-        return f"{pats or '?'}; workers x threads {conc or '?'}"
-
-    def others(self) -> str:
-        return self.correlation.verdict() if self.correlation else "not correlated"
-
-    @property
-    def others_tested(self) -> bool:
-        """Whether the other threads were compared at all (else the row says nothing)."""
-        return self.correlation is not None and bool(self.correlation.tested
-                                                     or self.correlation.standing_out)
-
-    def status(self) -> str:
-        return "KNOWN" if self.is_known else "NEW"
-
-    def known_as(self) -> str:
-        k = self.signature.known
-        how = f"; {self.signature.known_how}" if self.signature.known_how else ""
-        return "" if k is None else k.note + (f" ({k.link})" if k.link else "") + how
-
-    def rows(self) -> list[tuple[str, str]]:
-        """The lines under the headline, as (label, text)."""
-        s = self.signature
-        label = _label(s)
-        who = culprit.culprit(s)
-        out = [(culprit.label(s) or "", who)] if who else []
-        out += [(label, self.frames()),
-               ("how often", self.how_often()), ("where", self.where())]
-        if s.cls == FailureClass.MISCOMPARE.value:  # which programs answered wrong, what dtype
-            out.insert(len(out) - 2, ("programs", s.programs_text()))
-        if self.others_tested:
-            out.append(("other threads", self.others()))
-        if self.is_known:
-            out.append(("known as", self.known_as()))
-        out.append(("evidence", self.signature.example or "-"))
-        if s.merged:
-            out.append(("merged", "; ".join(f"{n} with {what}" for what, n in
-                                            s.merged.most_common(3))))
-        if s.evidence_counted:
-            out.append(("sampled", f"{s.evidence_full} with core and full stacks, "
-                                   f"{s.evidence_counted} counted only (evidence budget: "
-                                   "the first N of a mode, then every N*2^k-th; "
-                                   "--evidence-budget)"))
-        return out
-
-    def as_dict(self) -> dict[str, Any]:
-        s = self.signature
-        return {"id": s.id, "status": "known" if self.is_known else "new",
-                "known_as": self.known_as() or None,
-                "known": s.known.as_dict() if s.known else None, "what": self.what(),
-                "frames": self.frames(), "culprit": culprit.culprit(self.signature),
-                "how_often": self.how_often(),
-                "rate": s.rate.as_dict() if s.rate else None, "where": self.where(),
-                "other_threads": self.others() if self.others_tested else None,
-                "evidence": s.example,
-                "sampled": {"full": s.evidence_full, "counted": s.evidence_counted}}
 
 
 @dataclass
@@ -162,6 +52,7 @@ class Report:
     known_file: str | None = None
     overall_exits: Rate | None = None  # process exits that failed, when any did
     busy_idle: list[gpuidle.BusyIdle] | None = None  # GPU busy with nothing in flight
+    teardowns: list[teardowns.TeardownRow] | None = None  # failures per teardown, by phase
 
     @property
     def totals(self) -> counts.Counts:
@@ -241,6 +132,7 @@ class Report:
                 "exposures": [exposure_dict(p) for p in self.patterns],
                 "exposure_totals": t.exposures(),
                 "exit_paths": self.exit_paths.as_dict() if self.exit_paths else None,
+                "teardowns": [t.as_dict() for t in self.teardowns or []],
                 "healthy_windows": self.healthy_windows, "telemetry": telemetry_summary(self.data),
                 "busy_idle": [b.as_dict() for b in self.busy_idle or []]}
 
@@ -279,7 +171,7 @@ def build(dirs: list[Path], known_paths: Sequence[Path] = ()) -> Report:
     return Report(data, summaries, sigs + idle_sigs, corr, factor_table,
                   exposure.exit_paths(data), overall,
                   ", ".join(str(p) for p in known_paths) or None,
-                  exposure.failing_exits(data), busy)
+                  exposure.failing_exits(data), busy, teardowns.rows(sigs, data.totals))
 
 
 def telemetry_summary(data: rundata.RunData) -> list[dict[str, Any]]:
@@ -306,10 +198,13 @@ def signature_summaries(run_dir: Path, top: int = 10) -> list[dict[str, Any]]:
     (the normalised key text), class, signal, last_step, thread_state (busy | blocked | null),
     frames (key frames), count (occurrences), exposure (job | process exit | full teardown),
     rate_per_exposure, ci_low, ci_high (95%, clustered by process), patterns (names, most
-    frequent first), example (evidence folder or message), description."""
+    frequent first), example (evidence folder or message), description, phase (work |
+    device-release | driver-destroy | process-exit) and phase_detail (what the frames say:
+    `ELF destructor of libX`, or null), threads (hangs: what the stuck threads did)."""
     data = rundata.load([run_dir])
     keys = ("id", "key", "class", "signal", "last_step", "thread_state", "frames", "count",
-            "exposure", "rate_per_exposure", "ci_low", "ci_high", "example", "description")
+            "exposure", "rate_per_exposure", "ci_low", "ci_high", "example", "description",
+            "phase", "phase_detail", "threads", "upstream")
     out = []
     for s in signatures.build(data)[:top]:
         d = s.as_dict()
@@ -482,6 +377,9 @@ def _exposure_lines(r: Report, markdown: bool) -> str:
     if r.exit_paths is not None:
         parts.append(_table(f"Exit paths: {r.exit_paths.verdict()}", EXIT_PATH_HEAD,
                             exit_path_rows(r), markdown))
+    if any(t.rate.failures for t in r.teardowns or []):
+        parts.append(_table("Teardowns: failures by phase, per exposure", teardowns.HEAD,
+                            [t.cells() for t in r.teardowns or []], markdown))
     return "\n\n".join(parts)
 
 

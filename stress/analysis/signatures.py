@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stress.analysis import exposure as exp
-from stress.analysis import joins
+from stress.analysis import joins, lifecycle, upstream
 from stress.analysis.known import KnownFailure
 from stress.analysis.rundata import RunData
 from stress.analysis.sigkeys import SignatureKey as SignatureKey  # (re-exported: reports)
@@ -126,6 +126,13 @@ class Signature:
     #   `key` entry of the same class, signal and step did not
     evidence_full: int = 0  # crashes with a core read and full stacks (the evidence budget)
     evidence_counted: int = 0  # crashes counted with a cheap record, past the budget
+    phases: Counter[str] = field(default_factory=Counter)  # each failure's lifecycle phase
+    phase_details: Counter[tuple[str, str]] = field(default_factory=Counter)  # (phase, what
+    #   the frames say: "ELF destructor of libfault.so")
+    stuck: Counter[str] = field(default_factory=Counter)  # hangs: what the stuck threads did
+    functions: tuple[str, ...] = ()  # its failing thread's named functions (first row with
+    #   any): what upstream shapes match
+    upstream: upstream.Shape | None = None  # the known upstream shape it looks like
 
     @property
     def id(self) -> str:
@@ -193,7 +200,29 @@ class Signature:
         state = f" ({k.state})" if k.state else ""
         where = f" in {' < '.join(k.frames)}" if k.frames else ""
         msg = f": {k.message}" if k.message else ""
-        return f"{k.cls}{sig}{state} at {self.where_step()}{where}{msg}"
+        return f"{k.cls}{sig}{state}{self.in_phase()} at {self.where_step()}{where}{msg}"
+
+    @property
+    def phase(self) -> str:
+        """The lifecycle phase most of its failures were in (lifecycle.py): `work`,
+        `device-release`, `driver-destroy`, `process-exit`; "" when it has no rows."""
+        return self.phases.most_common(1)[0][0] if self.phases else ""
+
+    @property
+    def phase_detail(self) -> str:
+        """What the frames say of the phase (`ELF destructor of libfault.so`), "" if nothing."""
+        ds = Counter({d: n for (p, d), n in self.phase_details.items() if p == self.phase and d})
+        return ds.most_common(1)[0][0] if ds else ""
+
+    def in_phase(self) -> str:
+        """` in process-exit (ELF destructor of libfault.so)`; with several phases, each with
+        its count (` in device-release 3 / driver-destroy 1`); "" without rows, and for
+        errors, miscompares and failed commands (their step says it; `phase` still does)."""
+        if self.cls in NON_STACK_CLASSES or self.cls in STATUS_CLASSES:
+            return ""
+        if len(self.phases) > 1:
+            return " in " + " / ".join(f"{p} {n}" for p, n in self.phases.most_common())
+        return f" in {lifecycle.text(self.phase, self.phase_detail)}" if self.phase else ""
 
     def where_step(self) -> str:
         """`device-release`, or for a teardown group its steps: `teardown (device-release 4,
@@ -239,7 +268,11 @@ class Signature:
                 "example": self.example, "description": self.describe(),
                 "known": self.known.as_dict() if self.known is not None else None,
                 "evidence": {"full": self.evidence_full, "counted": self.evidence_counted},
-                "merged": dict(self.merged), "known_how": self.known_how or None}
+                "merged": dict(self.merged), "known_how": self.known_how or None,
+                "phase": self.phase or None, "phase_detail": self.phase_detail or None,
+                "phases": dict(self.phases.most_common()),
+                "threads": self.stuck.most_common(1)[0][0] if self.stuck else None,
+                "upstream": self.upstream.as_dict() if self.upstream else None}
 
 
 def failing_slot(steps: list[dict[str, Any]]) -> int | None:
@@ -348,6 +381,13 @@ def build(data: RunData) -> list[Signature]:
             _place(s, row, conc)
         s.rows.append(row)
         s.steps[row["step"]] += 1
+        phase = stack.phase or lifecycle.rules().of_step(row["step"] or None).value
+        s.phases[phase] += 1
+        s.phase_details[(phase, stack.phase_detail)] += 1
+        if stack.threads:
+            s.stuck[stack.threads] += 1
+        if stack.functions and not s.functions:
+            s.functions = stack.functions
         s.exposures[exp.exposure_of(row)] += 1
         if not unread:  # a crash joined by what is known of it has no stacks of its own
             s.stack_sources[stack.source] += 1
@@ -364,6 +404,8 @@ def build(data: RunData) -> list[Signature]:
         if s is None:
             s = sigs[key] = Signature(key)
         n = int(c["count"])
+        if not s.rows:  # a mode seen only in the counts: its step says the phase
+            s.phases[lifecycle.rules().of_step(step or None).value] += n
         s.count += n
         s.patterns[c["pattern"]] += n
         s.programs[c["program"]] += n
@@ -375,6 +417,9 @@ def build(data: RunData) -> list[Signature]:
             for row in s.rows:
                 _place(s, row, conc)
     _rates(data, list(sigs.values()))
+    for s in sigs.values():
+        if s.cls not in NON_STACK_CLASSES and s.cls not in STATUS_CLASSES:
+            s.upstream = upstream.match(s.cls, s.key.state, s.phase, s.functions, s.rows)
     return sorted(sigs.values(), key=lambda s: (-(s.rate.failures if s.rate else 0), -s.count,
                                                 s.id))
 
@@ -399,9 +444,11 @@ def _rates(data: RunData, sigs: list[Signature]) -> None:
     for s in sigs:
         if s.exposure is exp.Exposure.PROCESS_EXIT:
             s.rate = exp.exit_rate(data, s.procs)
-        elif s.exposure is exp.Exposure.FULL_TEARDOWN:
+        elif s.exposure in (exp.Exposure.FULL_TEARDOWN, exp.Exposure.DRIVER_TEARDOWN):
             hits: Counter[exp.JobKey] = Counter(k for r in s.rows for k in [exp.job_key(r)] if k)
-            s.rate = exp.full_teardown_rate(data, hits)
+            s.rate = exp.full_teardown_rate(data, hits) \
+                if s.exposure is exp.Exposure.FULL_TEARDOWN else \
+                exp.driver_teardown_rate(data, hits)
         else:
             s.rate = exp.job_rate(data, s.jobs, clusters)
 

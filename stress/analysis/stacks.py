@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stress.analysis.framerules import key_frames, meaningful
-from stress.stacktext import StackDump, StackTool, parse, parse_faulthandler
+from stress.analysis import lifecycle, threadwords
+from stress.analysis.framerules import key_frames, meaningful, rules
+from stress.stacktext import Frame, StackDump, StackTool, ThreadStack, parse, parse_faulthandler
 
 STACKS_FILE = "stacks.txt"
 STDERR_FILE = "stderr.tail"
@@ -63,6 +64,12 @@ class StackEvidence:
     source: str = "none"  # which tool the frames came from
     thread_name: str = ""
     tid: int | None = None  # the thread the frames are from
+    functions: tuple[str, ...] = ()  # every named native function of that thread, innermost
+    #   first (what the upstream shapes match: upstream.py)
+    phase: str = ""  # the lifecycle phase its frames (or the blamed thread's) say: lifecycle.py
+    phase_detail: str = ""
+    threads: str = ""  # hangs: what the stuck threads do ("busy in an event loop; main thread
+    #   joining a thread at exit"), from siglists/waits.txt
 
 
 def folder_meta(folder: str | None) -> dict[str, Any]:
@@ -95,8 +102,10 @@ def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> 
     tid = as_tid(row.get("native_tid")) or as_tid(meta.get("native_tid"))
     crashed_tid = as_tid(ev.get("crashed_tid"))
     dumps = dumps if dumps is not None else read_folder(row.get("artifacts"))
+    hang = row["class"] in HANG_CLASSES
     for dump in dumps:
-        th = dump.failing(tid, crashed_tid, crash=row["class"] == "crash")
+        lead = spinning_thread(dump, row, tid) if hang else None
+        th = lead or dump.failing(tid, crashed_tid, crash=row["class"] == "crash")
         if th is None or not th.frames:
             continue
         crashed = row["class"] == "crash" and dump.tool in (StackTool.GDB_CORE,
@@ -105,18 +114,29 @@ def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> 
         if not good and dump.tool is not StackTool.FAULTHANDLER:
             continue
         keys = key_frames(good)
+        blamed = dump.thread(tid) if hang else None
+        named = [rules().renamed(f) for f in th.frames]
+        voices = [named] + ([[rules().renamed(f) for f in blamed.frames]]
+                            if blamed is not None and blamed is not th else [])
+        hit = next((h for v in voices for h in [lifecycle.rules().of_frames(v)] if h), None)
         return StackEvidence(keys, tuple(f.module for f in good[:len(keys)]),
                              tuple(f.display() for f in good[:DISPLAY_FRAMES]),
-                             dump.tool.describe(), th.name, th.tid)
+                             dump.tool.describe(), th.name, th.tid,
+                             tuple(f.function for f in named if f.function and not f.python),
+                             hit[0].value if hit else "", hit[1] if hit else "",
+                             stuck_threads(dump, row, th, blamed) if hang else "")
     return StackEvidence(source=str(ev.get("stack_source") or "none"))
 
 
 def thread_state(row: dict[str, Any]) -> str:
     """busy | blocked for hangs (issue 17 item 5: the failing thread's CPU use across the
-    evidence window), else "". Read from the row's evidence (`activity` of `activity_tid`,
-    `threads` {tid: {state}}, or `busy_tids` / `blocked_tids`), else from failure.json."""
+    evidence window; busy whenever any thread of the process spun, issue 39), else "". Read
+    from the row's evidence (`busy_tids`; `activity` of `activity_tid`, `threads` {tid:
+    {state}}, or `blocked_tids`), else from failure.json."""
     if row["class"] not in HANG_CLASSES:
         return ""
+    if _busy_tids(row):  # a process is busy when any of its threads spins (issue 39)
+        return "busy"
     meta = folder_meta(row.get("artifacts"))
     tid = as_tid(row.get("native_tid")) or as_tid(meta.get("native_tid"))
     if tid is None:
@@ -136,3 +156,54 @@ def thread_state(row: dict[str, Any]) -> str:
             if isinstance(tids, list) and tid in tids:
                 return name
     return ""
+
+
+def _busy_tids(row: dict[str, Any]) -> list[int]:
+    """The threads sampled busy (burning a core) during a hang's evidence window."""
+    for ev in (row.get("evidence") or {}, folder_meta(row.get("artifacts"))):
+        tids = ev.get("busy_tids")
+        if isinstance(tids, list) and tids:
+            return [t for t in (as_tid(x) for x in tids) if t is not None]
+    return []
+
+
+def spinning_thread(dump: StackDump, row: dict[str, Any], tid: int | None) -> ThreadStack | None:
+    """A hang is judged over every thread (issue 39): when the journal's stuck thread did not
+    spin but another thread did, the spinning one leads (the spin is the symptom: the stuck
+    clock; the thread that waits on it only follows). None: the journal's thread leads."""
+    busy = _busy_tids(row)
+    if not busy or tid in busy:
+        return None
+    return next((t for b in busy for t in [dump.thread(b)]
+                 if t is not None and meaningful(t.frames)), None)
+
+
+def stuck_threads(dump: StackDump, row: dict[str, Any], lead: ThreadStack,
+                  blamed: ThreadStack | None) -> str:
+    """`busy in an event loop; main thread joining a thread at exit`: the leading thread's
+    state and what it does, then what the journal's stuck thread and the main thread do."""
+    state = thread_state(row) or "stuck"
+    parts = [f"{state} {threadwords.words(_named(lead))}"]
+    pid = as_tid(row.get("pid"))
+    main = dump.thread(pid)
+    for other in (blamed, main):
+        if other is None or other is lead or not other.frames or \
+                (other is main and blamed is main and len(parts) > 1):
+            continue
+        frames = _named(other)
+        phase = lifecycle.rules().of_frames(frames)
+        at = f" {_AT[phase[0]]}" if phase else ""
+        who = "main thread" if other.tid is not None and other.tid == pid else \
+            f"thread {other.name or other.tid}"
+        parts.append(f"{who} {threadwords.words(frames)}{at}")
+    return "; ".join(parts)
+
+
+_AT: dict[lifecycle.Phase, str] = {lifecycle.Phase.PROCESS_EXIT: "at exit",
+                                   lifecycle.Phase.DRIVER_DESTROY: "at driver destroy",
+                                   lifecycle.Phase.DEVICE_RELEASE: "at device release",
+                                   lifecycle.Phase.WORK: "at work"}
+
+
+def _named(th: ThreadStack) -> list[Frame]:
+    return [rules().renamed(f) for f in th.frames]

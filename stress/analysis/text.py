@@ -154,6 +154,11 @@ def run_lines(s: dict[str, Any]) -> list[str]:
                     "; device releases: not seen (the tool's or command's own)")
         lines.append(f"  {engine.process_exits()}: {pe['total']:,} ({pe['per_s']:g}/s)"
                      f"{releases}")
+    dt = ex.get("driver_teardowns") or {}
+    if dt.get("total"):
+        by = ", ".join(f"{p} {n:,}" for p, n in dt["by_pattern"].items())
+        lines.append(f"  driver teardowns (a HAL driver created and destroyed in a job): "
+                     f"{dt['total']:,} ({dt['per_s']:g}/s; {by})")
     if s["failed"]:
         lines += ["", f"  failures  {failure_counts(s['failures'])}"]
     return lines

@@ -28,6 +28,7 @@ from stress.engine.invocation import (
 from stress.engine.jobs import Job
 from stress.engine.journal import JournalWriter, SlotWriter, Step
 from stress.programs.program import Program
+from stress.vocab import Family, family
 
 _HELPER_JOIN_S: float = 600.0  # helpers are joined with a bound; the parent watchdog judges hangs
 
@@ -295,17 +296,44 @@ class InstanceChurn:
                 done += count
             finally:
                 dev.release(t.writer, work.result)
-                release_driver(holder, t.writer)
-                holder.instance = None
-                t.writer.begin(Step.GC)
-                gc.collect()
-                t.writer.end(Step.GC)
+                _destroy_driver(holder, t.writer)
+
+
+class DriverChurn:
+    name = "driver-churn"
+    summary = ("a new HAL driver per job (not the cached one), a device on it, run, then "
+               "device and driver released and collected: the GPU library opened and closed "
+               "per job")
+
+    def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
+        holder = _Holder(w.instance)
+        holder.driver = create_driver(w.b, w.driver_name, t.writer)
+        dev = Device(holder.driver, w.uri, t.writer)
+        work.result.devices_created += 1
+        try:
+            mod = w.vm_module(w.instance, work.program.name)
+            dev.loaded["p"] = dev.load(w.instance, mod, work.program, t.writer)
+            for i in range(work.job.invocations):
+                w.call(dev.loaded["p"], work.inputs, t.writer, dev, work.expect, work.result, i)
+        finally:
+            dev.release(t.writer, work.result)
+            _destroy_driver(holder, t.writer)
 
 
 class _Holder:
     def __init__(self, instance: Any):
         self.instance: Any = instance
         self.driver: Any = None
+
+
+def _destroy_driver(holder: _Holder, writer: SlotWriter) -> None:
+    """Drops a job's own driver (its last reference: it is destroyed here) and instance, then
+    collects whatever a binding cycle kept of them, each step journaled."""
+    release_driver(holder, writer)
+    holder.instance = None
+    writer.begin(Step.GC)
+    gc.collect()
+    writer.end(Step.GC)
 
 
 class CrossThread:
@@ -383,5 +411,6 @@ def _raise_first(errors: list[BaseException]) -> None:
 
 
 PATTERNS: dict[str, Pattern] = {p.name: p for p in (
-    Shared(), PerThread(), PerCall(), Churn(), InstanceChurn(), CrossThread(), ProcessPerJob())}
-ALL_PATTERNS: tuple[str, ...] = tuple(PATTERNS)  # what `all` (the default) selects
+    Shared(), PerThread(), PerCall(), Churn(), InstanceChurn(), CrossThread(), ProcessPerJob(),
+    DriverChurn())}
+ALL_PATTERNS: tuple[str, ...] = family(Family.CORE)  # what `all` (the default) selects

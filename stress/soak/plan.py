@@ -106,8 +106,10 @@ def check_duration(opts: SoakOptions) -> None:
 # ---- patterns and programs ----------------------------------------------------------------
 def resolve_patterns(names: list[str]) -> list[str]:
     """`all` (the default): the in-process patterns and process-per-job; `exit`: the exit-path
-    family (opt-in: exit-alive finds the known local-task exit-order crash on every run)."""
-    return _resolve(names or [Family.CORE.value], (Family.CORE, Family.EXIT), "pattern(s)")
+    family (opt-in: exit-alive finds the known local-task exit-order crash on every run);
+    `driver` (opt-in): driver-churn."""
+    return _resolve(names or [Family.CORE.value], (Family.CORE, Family.EXIT, Family.DRIVER),
+                    "pattern(s)")
 
 
 def _resolve(names: list[str], families: tuple[Family, ...], what: str) -> list[str]:

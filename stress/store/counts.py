@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stress.vocab import ALL_CLASSES, Engine, FailureClass, RunStatus
+from stress.vocab import ALL_CLASSES, Engine, FailureClass, RunStatus, driver_teardowns
 
 EXIT_OUTCOMES: tuple[str, ...] = ("clean", "crash", "hang", "error")
 _CASE_LIMIT: int = 100_000  # program x pattern cases kept (JUnit); a corpus has ~800
@@ -43,6 +43,7 @@ class PatternCounts:
     exits: Counter[str] = field(default_factory=Counter)  # process exits by outcome
     full_teardowns: int = 0
     handle_releases: int = 0
+    driver_teardowns: int = 0  # HAL drivers its finished jobs created and destroyed
 
     @property
     def process_exits(self) -> int:
@@ -54,6 +55,7 @@ class PatternCounts:
         self.exits.update(other.exits)
         self.full_teardowns += other.full_teardowns
         self.handle_releases += other.handle_releases
+        self.driver_teardowns += other.driver_teardowns
 
 
 @dataclass
@@ -118,6 +120,10 @@ class Counts:
         return sum(p.handle_releases for p in self.patterns.values())
 
     @property
+    def driver_teardowns(self) -> int:
+        return sum(p.driver_teardowns for p in self.patterns.values())
+
+    @property
     def knows_devices(self) -> bool:
         """False when a run's jobs bring their own devices (exec: the user's command)."""
         return all(Engine.of(e).knows_devices for e in self.engines)
@@ -165,6 +171,10 @@ class Counts:
             "handle_releases": {"total": self.handle_releases,
                                 "per_s": self.per_s(self.handle_releases),
                                 "by_pattern": {p.pattern: p.handle_releases for p in pats}},
+            "driver_teardowns": {"total": self.driver_teardowns,
+                                 "per_s": self.per_s(self.driver_teardowns),
+                                 "by_pattern": {p.pattern: p.driver_teardowns for p in pats
+                                                if p.driver_teardowns}},
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -341,6 +351,8 @@ def _jobs(db: sqlite3.Connection, where: str, args: tuple[str, ...], c: Counts) 
         p.invocations += int(inv)
         p.full_teardowns += int(full)
         p.handle_releases += int(handle)
+        p.driver_teardowns += int(jobs) * driver_teardowns(pattern)  # finished jobs: each
+        #   destroyed the drivers its pattern creates before its row was written
         if len(c.cases) < _CASE_LIMIT:
             c.cases[(program, pattern)] = CaseCounts(int(jobs), int(inv), float(secs))
     # a requeued job that finished has both rows: counted above only

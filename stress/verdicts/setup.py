@@ -207,8 +207,8 @@ def setup_problem(engine: Engine, summary: Mapping[str, Any], stack: str,
     every job of the user's command failed on a missing module before any test ran."""
     status = summary.get("status")
     if status == RunStatus.INTERRUPTED:
-        said = str(summary.get("stop_reason") or "")
-        return (f"{said if said.startswith('interrupted') else 'interrupted'}: not a result; "
+        said = str(summary.get("stop_reason") or RunStatus.INTERRUPTED.value)
+        return (f"{said}: not a result; "
                 f"rerun the same command to resume (finished trials are kept)")
     texts = _failure_texts(summary)
     for text in texts:

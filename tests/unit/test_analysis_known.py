@@ -35,12 +35,12 @@ def test_entries_match_by_id_or_by_a_glob_over_the_key(tmp_path: Path) -> None:
 
 
 def test_the_small_reader_for_python_3_10_reads_the_same_entries(tmp_path: Path) -> None:
-    tables, lines = known._tiny_toml(GOOD, tmp_path / "k.toml")
+    tables, lines = known.tiny_toml(GOOD, tmp_path / "k.toml")
     assert [t.get("note") for t in tables] == ["TheRock stall in hipDeviceReset",
                                                "spins at exit"]
     assert lines == [2, 7]
     with pytest.raises(UsageError, match=r"k.toml:3"):
-        known._tiny_toml("[[known]]\nnote = 'x'\nsignature = 12\n", tmp_path / "k.toml")
+        known.tiny_toml("[[known]]\nnote = 'x'\nsignature = 12\n", tmp_path / "k.toml")
 
 
 @pytest.mark.parametrize(("text", "why"), [

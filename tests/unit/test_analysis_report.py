@@ -38,7 +38,8 @@ def test_the_first_screen_answers_what_how_often_where_and_whether_known(
     assert "2 failure mode(s): 1 new, 1 known, in 60 jobs" in screen
     crash = next(s for s in r.signatures if s.cls == "crash")
     assert crash.frames == ("iree_fault_segv", "fire", "pthread_join")
-    assert f"NEW    {crash.id}  crash SIGSEGV at teardown (device-release 3)" in screen
+    assert f"NEW    {crash.id}  crash SIGSEGV in device-release at teardown (device-release 3)" \
+        in screen
     assert "iree_fault_segv" in screen and "3/60 jobs = 5%" in screen
     assert "per-call 100%; workers x threads 3x2" in screen
     err = next(s for s in r.signatures if s.cls == "error")
@@ -117,7 +118,7 @@ def test_summary_signatures_keep_their_documented_keys(run_dir: Path) -> None:
     got = report.signature_summaries(run_dir)
     assert {"id", "key", "class", "signal", "last_step", "thread_state", "frames", "count",
             "exposure", "rate_per_exposure", "ci_low", "ci_high", "patterns", "example",
-            "description"} == set(got[0])
+            "description", "phase", "phase_detail", "threads", "upstream"} == set(got[0])
     json.dumps(got)
 
 

@@ -124,7 +124,8 @@ def test_the_registry_knows_every_pattern_the_engines_run() -> None:
     from stress.engine import exitpaths, native, worker
     from stress.engine.execrunner import EXEC_PATTERN
 
-    assert set(worker.RUNS) == {*vocab.family(vocab.Family.CORE), *exitpaths.FAMILY}
+    assert set(worker.RUNS) == {*vocab.family(vocab.Family.CORE), *exitpaths.FAMILY,
+                                *vocab.family(vocab.Family.DRIVER)}
     assert set(native.NATIVE_PATTERNS) == set(vocab.family(vocab.Family.NATIVE))
     assert vocab.family(vocab.Family.EXEC) == (EXEC_PATTERN,)
     for name, impl in worker.RUNS.items():
