@@ -168,6 +168,19 @@ def test_rocm_soak_on_the_stand_in_runs_every_pattern_and_exit_path(
         m["library_hashes"]
 
 
+def test_driver_churn_on_the_stand_in_opens_and_closes_the_hip_library_per_job(
+        stand_in: Path, tmp_path: Path) -> None:
+    """Issue 39 on the HIP lane: each driver-churn job creates IREE's hip driver (which opens
+    the library named by IREE_HIP_DYLIB_PATH), a device on it, runs, and destroys both (the
+    driver dlcloses the library); clean on the stand-in, every job's driver teardown
+    counted as its own exposure."""
+    s = _soak(stand_in, tmp_path / "dc", tmp_path / "launches", "driver-churn",
+              "transfer.slice.*", 24)
+    jobs = s["patterns"]["driver-churn"]
+    assert jobs >= 1 and not s["failures_detail"], s["failures_detail"][:3]
+    assert s["exposures"]["driver_teardowns"]["total"] == s["jobs"] >= 1, s["exposures"]
+
+
 def test_a_fault_name_the_stand_in_does_not_know_is_one_line_not_a_crash_found(
         stand_in: Path, tmp_path: Path) -> None:
     """A typo in FAKEHIP_FAULT: before, the library aborted in every process that loaded it
