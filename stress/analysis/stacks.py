@@ -118,7 +118,9 @@ def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> 
         named = [rules().renamed(f) for f in th.frames]
         voices = [named] + ([[rules().renamed(f) for f in blamed.frames]]
                             if blamed is not None and blamed is not th else [])
-        hit = next((h for v in voices for h in [lifecycle.rules().of_frames(v)] if h), None)
+        step = row.get("last_step")
+        hit = next((h for v in voices for h in [lifecycle.rules().of_frames(v, step)] if h),
+                   None)
         return StackEvidence(keys, tuple(f.module for f in good[:len(keys)]),
                              tuple(f.display() for f in good[:DISPLAY_FRAMES]),
                              dump.tool.describe(), th.name, th.tid,
