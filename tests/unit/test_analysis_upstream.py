@@ -196,6 +196,32 @@ def test_a_c_build_with_flattened_names_matches_the_same_shape(tmp_path: Path) -
     """A stand-in library written in C names `rocr_core_InterruptSignal_WaitRelaxed`."""
     main = [("syscall", "libc.so.6"), ("rocr_core_InterruptSignal_WaitRelaxed", "libfake.so"),
             ("hipStreamSynchronize", "libfake.so")]
-    text = gdb_text([(PID, main), (PID + 7, [("rocr_AsyncEventsLoop", "libfake.so")])])
+    loop = [("hsaKmtWaitOnMultipleEvents_Ext", "libfake.so"),
+            ("rocr_AsyncEventsLoop", "libfake.so")]
+    text = gdb_text([(PID, main), (PID + 7, loop)])
     s = build([failure(tmp_path, "f", "hang", text, step="readback", blocked=(PID, PID + 7))])[0]
     assert s.upstream is not None and s.upstream.id == "rocm-systems#10463"
+
+
+def test_a_waiter_in_wait_relaxed_without_the_loop_parked_matches_no_shape(
+        tmp_path: Path) -> None:
+    """Review of issue 39: every ROCm hang on a completion has a thread in WaitRelaxed; without
+    the async-events loop parked in its wait it is not the lost wake-up."""
+    busy_loop = [("rocr::core::Runtime::AsyncEventsLoop(void*)", HSA),
+                 ("rocr::os::ThreadTrampoline(void*)", HSA)]
+    for n, other in enumerate(([], [(PID + 7, busy_loop)])):
+        text = gdb_text([(PID, MAIN_SYNC), *other])
+        row = failure(tmp_path, f"f{n}", "hang", text, step="readback", blocked=(PID,))
+        assert shape_of(build([row]), "hang") is None
+
+
+@pytest.mark.parametrize("step", ["device-release", "driver-release", "worker-exit"])
+def test_a_crash_in_the_async_events_loop_at_teardown_is_not_the_start_race(
+        tmp_path: Path, step: str) -> None:
+    """Review of issue 39: rocm-systems#2261 crashes right after start; the same thread
+    crashing while the runtime is torn down is another failure."""
+    crashing = [("rocr::core::InterruptSignal::IsValid() const", HSA), *ASYNC_LOOP]
+    text = gdb_text([(PID, MAIN_SYNC), (PID + 3, crashing)], crashed=PID + 3)
+    row = failure(tmp_path, "f", "crash", text, step=step)
+    row["evidence"] = {"crashed_tid": PID + 3}
+    assert shape_of(build([row]), "crash") is None
