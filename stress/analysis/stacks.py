@@ -161,12 +161,37 @@ def thread_state(row: dict[str, Any]) -> str:
 
 
 def _busy_tids(row: dict[str, Any]) -> list[int]:
-    """The threads sampled busy (burning a core) during a hang's evidence window."""
-    for ev in (row.get("evidence") or {}, folder_meta(row.get("artifacts"))):
+    """The threads sampled busy (burning a core) during a hang's evidence window. A thread
+    other than the journal's stuck one counts only when it burned at least half a core over
+    the window (threads.json's `core_fraction`, where the folder has it): a worker pool that
+    spins briefly by design, caught running at both reads, must not turn every blocked hang
+    busy and lead its signature (review of issue 39)."""
+    meta = folder_meta(row.get("artifacts"))
+    stuck = as_tid(row.get("native_tid")) or as_tid(meta.get("native_tid"))
+    for ev in (row.get("evidence") or {}, meta):
         tids = ev.get("busy_tids")
         if isinstance(tids, list) and tids:
-            return [t for t in (as_tid(x) for x in tids) if t is not None]
+            cpu = _core_fractions(row.get("artifacts"))
+            return [t for t in (as_tid(x) for x in tids) if t is not None and
+                    (t == stuck or cpu.get(t, SPIN_CORE_FRACTION) >= SPIN_CORE_FRACTION)]
     return []
+
+
+SPIN_CORE_FRACTION: float = 0.5  # the issue's line for a spinning thread (procstate's busy)
+
+
+def _core_fractions(folder: str | None) -> dict[int, float]:
+    """{tid: share of a core it used over the window} from a failure folder's threads.json."""
+    try:
+        doc = json.loads((Path(folder) / "threads.json").read_text()) if folder else {}
+    except (OSError, ValueError):
+        return {}
+    out: dict[int, float] = {}
+    for t in doc.get("threads") or [] if isinstance(doc, dict) else []:
+        tid = as_tid(t.get("tid")) if isinstance(t, dict) else None
+        if tid is not None and isinstance(t.get("core_fraction"), (int, float)):
+            out[tid] = float(t["core_fraction"])
+    return out
 
 
 def spinning_thread(dump: StackDump, row: dict[str, Any], tid: int | None) -> ThreadStack | None:

@@ -4,6 +4,7 @@ points at a shape, and a stack that matches none saying nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,23 @@ def test_a_crash_in_the_async_events_loop_at_teardown_is_not_the_start_race(
     row = failure(tmp_path, "f", "crash", text, step=step)
     row["evidence"] = {"crashed_tid": PID + 3}
     assert shape_of(build([row]), "crash") is None
+
+
+@pytest.mark.parametrize(("fraction", "state"), [(0.02, "blocked"), (0.97, "busy")])
+def test_a_worker_caught_running_leads_a_hang_only_when_it_burned_half_a_core(
+        tmp_path: Path, fraction: float, state: str) -> None:
+    """Review of issue 39: a local-task worker spins briefly by design; sampled running at
+    both reads but with almost no CPU over the window, it neither turns a blocked hang busy
+    nor leads its signature. One that burned a core does both."""
+    worker = [("iree_task_worker_pump_until_exit", "_runtime.so"),
+              ("iree_task_worker_main", "_runtime.so"), ("start_thread", "libc.so.6")]
+    text = gdb_text([(PID, MAIN_SYNC), (PID + 5, worker)])
+    row = failure(tmp_path, "f", "hang", text, step="readback", busy=(PID + 5,),
+                  blocked=(PID,))
+    (tmp_path / "f" / "threads.json").write_text(json.dumps({"pid": PID, "threads": [
+        {"tid": PID, "activity": "blocked", "core_fraction": 0.0},
+        {"tid": PID + 5, "activity": "busy", "core_fraction": fraction}]}))
+    s = build([row])[0]
+    assert s.key.state == state
+    assert s.frames[0].startswith("iree_task_worker") == (state == "busy")
+    assert (s.frames[0] == "ioctl") == (state == "blocked")  # the main thread's wait leads
