@@ -228,7 +228,8 @@ def test_a_crash_in_the_async_events_loop_at_teardown_is_not_the_start_race(
     assert shape_of(build([row]), "crash") is None
 
 
-@pytest.mark.parametrize(("fraction", "state"), [(0.02, "blocked"), (0.05, "blocked"), (0.49, "busy")])
+@pytest.mark.parametrize(("fraction", "state"),
+                         [(0.02, "blocked"), (0.05, "blocked"), (0.49, "busy")])
 def test_a_worker_caught_running_leads_a_hang_only_when_it_used_more_than_a_parked_one(
         tmp_path: Path, fraction: float, state: str) -> None:
     """Review of issue 39: a local-task worker spins briefly by design; sampled running at
