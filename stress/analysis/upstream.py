@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.analysis.framerules import SIGLISTS, rules
-from stress.analysis.known import tiny_toml, toml_doc
+from stress.analysis.known import KnownFailures, tiny_toml, toml_doc
 from stress.analysis.stacks import read_folder
 from stress.errors import UsageError
 
@@ -108,6 +108,18 @@ def load(path: Path = CATALOG) -> tuple[Shape, ...]:
 @functools.lru_cache(maxsize=4)
 def catalog(path: Path = CATALOG) -> tuple[Shape, ...]:
     return load(path)
+
+
+def checked(kf: KnownFailures) -> KnownFailures:
+    """`kf` when each of its `upstream` entries names a shape of the catalog; else a
+    UsageError naming the entry (a misspelt id would silently leave its failures new)."""
+    ids = {s.id for s in catalog()}
+    for e in kf.entries:
+        if e.upstream and e.upstream not in ids:
+            raise UsageError(f"--known entry at line {e.line}: `upstream = {e.upstream!r}` "
+                             f"names no shape of {CATALOG.name} (known: "
+                             f"{', '.join(sorted(ids))})")
+    return kf
 
 
 def _threads(rows: Iterable[dict[str, Any]]) -> list[list[str]]:

@@ -247,3 +247,12 @@ def test_a_worker_caught_running_leads_a_hang_only_when_it_used_more_than_a_park
     assert s.key.state == state
     assert s.frames[0].startswith("iree_task_worker") == (state == "busy")
     assert (s.frames[0] == "ioctl") == (state == "blocked")  # the main thread's wait leads
+
+
+def test_a_known_entry_naming_no_shape_is_a_usage_error_in_one_line(tmp_path: Path) -> None:
+    """Review of issue 39: a misspelt id silently left every failure of the shape new."""
+    path = tmp_path / "known.toml"
+    path.write_text('[[known]]\nupstream = "rocm-systems#1046"\nnote = "typo"\n')
+    with pytest.raises(known.UsageError, match=r"line 1: `upstream = 'rocm-systems#1046'` "
+                                               r"names no shape of upstream.toml"):
+        report.build([tmp_path], [path])
