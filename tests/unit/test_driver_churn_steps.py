@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from stress.engine.invocation import InvocationError, JobResult
+from stress.engine.invocation import Device, InvocationError, JobResult
 from stress.engine.journal import Step
 from stress.engine.patterns import PATTERNS
 
@@ -62,3 +62,41 @@ def test_a_driver_without_a_device_is_destroyed_in_its_release_step(name: str) -
     released = next(alive for what, step, alive in writer.steps
                     if (what, step) == ("end", "gc"))
     assert not released, writer.steps
+
+
+class FakeProgram:
+    def close(self) -> None:
+        pass
+
+
+class WorkingDriver:
+    def create_device_by_uri(self, uri: str) -> Any:
+        return object()
+
+
+def test_each_driver_churn_job_makes_its_own_driver_and_destroys_it_in_its_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not the process's cached driver: every job asks the binding for a new one, and that
+    one is gone when the job's gc step ends (the exposure count says one per job; this is
+    what backs it)."""
+    monkeypatch.setattr(Device, "load", lambda *a, **k: FakeProgram())
+    writer = Writer()
+    made: list[weakref.ref[WorkingDriver]] = []
+
+    def create_hal_driver(_: str) -> WorkingDriver:
+        d = WorkingDriver()
+        made.append(weakref.ref(d))
+        writer.driver = made[-1]
+        return d
+
+    cached = WorkingDriver()
+    w = SimpleNamespace(b=SimpleNamespace(create_hal_driver=create_hal_driver),
+                        instance=object(), driver=cached, driver_name="fake", uri="fake://0",
+                        vm_module=lambda *a: object(), call=lambda *a: None)
+    for _ in range(2):
+        work = SimpleNamespace(result=JobResult(), job=SimpleNamespace(invocations=2),
+                               program=SimpleNamespace(name="p"), inputs=[], expect=None)
+        PATTERNS["driver-churn"].run(w, SimpleNamespace(writer=writer), work)  # type: ignore[arg-type]
+    assert len(made) == 2 and all(r() is None for r in made)
+    gc_ends = [alive for what, step, alive in writer.steps if (what, step) == ("end", "gc")]
+    assert gc_ends == [False, False], writer.steps
