@@ -41,6 +41,7 @@ class FrameRule:
     phase: Phase | None  # None: `*`, the detail only
     pattern: re.Pattern[str]
     detail: str
+    teardown_only: bool = False  # `teardown-frame`: during a work step, the detail only
 
 
 @dataclass(frozen=True)
@@ -62,15 +63,16 @@ class PhaseRules:
                 if kind == "step":
                     step, phase = rest.split()
                     steps[step] = Phase(phase)
-                elif kind == "frame":
+                elif kind in ("frame", "teardown-frame"):
                     head, sep, detail = rest.partition(" => ")
                     phase, _, regex = head.strip().partition(" ")
                     if not sep or not regex.strip():
                         raise ValueError("want `frame PHASE REGEX => DETAIL`")
                     frames.append(FrameRule(None if phase == ANY else Phase(phase),
-                                            re.compile(regex.strip()), detail.strip()))
+                                            re.compile(regex.strip()), detail.strip(),
+                                            kind == "teardown-frame"))
                 else:
-                    raise ValueError("a line starts with `step` or `frame`")
+                    raise ValueError("a line starts with `step`, `frame` or `teardown-frame`")
             except (ValueError, re.error) as exc:
                 raise ValueError(f"{path}:{n}: {exc}: {raw.strip()!r}") from exc
         return cls(steps, tuple(frames))
@@ -78,11 +80,17 @@ class PhaseRules:
     def of_step(self, step: str | None) -> Phase:
         return self.steps.get(step or "", Phase.WORK)
 
-    def of_frames(self, frames: Sequence[Frame]) -> tuple[Phase, str] | None:
+    def of_frames(self, frames: Sequence[Frame], step: str | None = None
+                  ) -> tuple[Phase, str] | None:
         """(phase, detail) from one thread's frames (innermost first), None when no frame
-        rule matches one of them with a phase."""
+        rule matches one of them with a phase. `step`: the journal step, when known; during a
+        work step a `teardown-frame` rule gives only its detail (a library dlclosed mid-work
+        is not a driver's destroy)."""
+        work = step is not None and self.of_step(step) is Phase.WORK
         hits = [(i, r) for i, f in enumerate(frames) if f.function and not f.python
                 for r in [self._rule(f.function)] if r is not None]
+        hits = [(i, FrameRule(None, r.pattern, r.detail) if work and r.teardown_only else r)
+                for i, r in hits]
         decided = [(i, r) for i, r in hits if r.phase is not None]
         if not decided:
             return None
@@ -126,7 +134,7 @@ def phase_of(step: str | None, threads: Sequence[Sequence[Frame]] = ()) -> tuple
     the step's phase with no detail."""
     r = rules()
     for frames in threads:
-        hit = r.of_frames(frames)
+        hit = r.of_frames(frames, step)
         if hit is not None:
             return hit
     return r.of_step(step), ""

@@ -21,6 +21,7 @@ from stress.analysis import (
     rundata,
     signatures,
     teardowns,
+    upstream,
 )
 from stress.analysis.finding import Finding as Finding  # (re-exported: tests, html)
 from stress.analysis.signatures import Signature
@@ -154,7 +155,7 @@ def exposure_dict(p: counts.PatternCounts) -> dict[str, Any]:
 def build(dirs: list[Path], known_paths: Sequence[Path] = ()) -> Report:
     """The report of one or more run folders; `known_paths`: known-failure files
     (known.py) whose signatures are shown apart from new ones. Bad files raise UsageError."""
-    kf = known.load_all(known_paths) if known_paths else known.EMPTY
+    kf = upstream.checked(known.load_all(known_paths)) if known_paths else known.EMPTY
     data = rundata.load(dirs)
     summaries = [summary_mod.build(d) for d in dirs]
     sigs = signatures.build(data)

@@ -118,7 +118,9 @@ def failing_stack(row: dict[str, Any], dumps: list[StackDump] | None = None) -> 
         named = [rules().renamed(f) for f in th.frames]
         voices = [named] + ([[rules().renamed(f) for f in blamed.frames]]
                             if blamed is not None and blamed is not th else [])
-        hit = next((h for v in voices for h in [lifecycle.rules().of_frames(v)] if h), None)
+        step = row.get("last_step")
+        hit = next((h for v in voices for h in [lifecycle.rules().of_frames(v, step)] if h),
+                   None)
         return StackEvidence(keys, tuple(f.module for f in good[:len(keys)]),
                              tuple(f.display() for f in good[:DISPLAY_FRAMES]),
                              dump.tool.describe(), th.name, th.tid,
@@ -159,12 +161,39 @@ def thread_state(row: dict[str, Any]) -> str:
 
 
 def _busy_tids(row: dict[str, Any]) -> list[int]:
-    """The threads sampled busy (burning a core) during a hang's evidence window."""
-    for ev in (row.get("evidence") or {}, folder_meta(row.get("artifacts"))):
+    """The threads sampled busy (burning a core) during a hang's evidence window. A thread
+    other than the journal's stuck one counts only when it used more CPU over the window than
+    a parked thread does (threads.json's `core_fraction`, where the folder has it): a worker
+    pool that spins briefly by design, caught running at both reads, must not turn every
+    blocked hang busy and lead its signature (review of issue 39). Not half a core: a real
+    spinner on a loaded 2-core machine was measured at 0.49 of one."""
+    meta = folder_meta(row.get("artifacts"))
+    stuck = as_tid(row.get("native_tid")) or as_tid(meta.get("native_tid"))
+    for ev in (row.get("evidence") or {}, meta):
         tids = ev.get("busy_tids")
         if isinstance(tids, list) and tids:
-            return [t for t in (as_tid(x) for x in tids) if t is not None]
+            cpu = _core_fractions(row.get("artifacts"))
+            return [t for t in (as_tid(x) for x in tids) if t is not None and
+                    (t == stuck or cpu.get(t, 1.0) > PARKED_CORE_FRACTION)]
     return []
+
+
+PARKED_CORE_FRACTION: float = 0.05  # what a parked thread may still use (procstate's blocked
+#   line): a thread at or below it was only caught running
+
+
+def _core_fractions(folder: str | None) -> dict[int, float]:
+    """{tid: share of a core it used over the window} from a failure folder's threads.json."""
+    try:
+        doc = json.loads((Path(folder) / "threads.json").read_text()) if folder else {}
+    except (OSError, ValueError):
+        return {}
+    out: dict[int, float] = {}
+    for t in doc.get("threads") or [] if isinstance(doc, dict) else []:
+        tid = as_tid(t.get("tid")) if isinstance(t, dict) else None
+        if tid is not None and isinstance(t.get("core_fraction"), (int, float)):
+            out[tid] = float(t["core_fraction"])
+    return out
 
 
 def spinning_thread(dump: StackDump, row: dict[str, Any], tid: int | None) -> ThreadStack | None:

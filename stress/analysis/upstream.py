@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from stress.analysis.framerules import SIGLISTS, rules
-from stress.analysis.known import tiny_toml, toml_doc
+from stress.analysis.known import KnownFailures, tiny_toml, toml_doc
 from stress.analysis.stacks import read_folder
 from stress.errors import UsageError
 
 CATALOG: Path = SIGLISTS / "upstream.toml"
 AND: str = " && "
 _KEYS: frozenset[str] = frozenset({"id", "title", "class", "state", "phase", "frames", "thread",
-                                   "link", "affected", "fixed"})
+                                   "also", "link", "affected", "fixed"})
 ROWS_READ: int = 3  # failure folders of a signature whose threads are read for `thread = any`
 
 
@@ -39,6 +39,7 @@ class Shape:
     link: str = ""
     affected: str = ""
     fixed: str = ""
+    also: tuple[re.Pattern[str], ...] = ()  # frames found together in one other thread
 
     def describe(self) -> str:
         """`rocm-systems#10463 (lost wake-up parks AsyncEventsLoop; fixed in ...)`."""
@@ -49,9 +50,12 @@ class Shape:
         return bool(self.cls.fullmatch(cls)) and (not self.state or self.state == state) and \
             (self.phase is None or bool(self.phase.fullmatch(phase)))
 
-    def in_thread(self, functions: Sequence[str]) -> bool:
-        """Every frame pattern found among one thread's function names."""
-        return all(any(p.search(f) for f in functions) for p in self.frames)
+    def in_thread(self, functions: Sequence[str],
+                  patterns: Sequence[re.Pattern[str]] | None = None) -> bool:
+        """Every frame pattern (`patterns`, else the shape's frames) found among one thread's
+        function names."""
+        return all(any(p.search(f) for f in functions)
+                   for p in (self.frames if patterns is None else patterns))
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "title": self.title, "link": self.link or None,
@@ -67,6 +71,10 @@ def _regex(path: Path, sid: str, what: str, text: str) -> re.Pattern[str]:
                          f"{exc}") from None
 
 
+def _frames(path: Path, sid: str, what: str, text: str) -> tuple[re.Pattern[str], ...]:
+    return tuple(_regex(path, sid, what, f.strip()) for f in text.split(AND) if f.strip())
+
+
 def _shape(t: dict[str, Any], path: Path) -> Shape:
     sid = str(t.get("id") or "")
     extra = set(t) - _KEYS
@@ -79,12 +87,11 @@ def _shape(t: dict[str, Any], path: Path) -> Shape:
     if t.get("thread", "failing") not in ("failing", "any"):
         raise UsageError(f"{path}: shape {sid!r}: `thread` is `failing` or `any`")
     return Shape(sid, t["title"], _regex(path, sid, "class", t["class"]),
-                 tuple(_regex(path, sid, "frames", f.strip())
-                       for f in t["frames"].split(AND) if f.strip()),
+                 _frames(path, sid, "frames", t["frames"]),
                  t.get("state", ""),
                  _regex(path, sid, "phase", t["phase"]) if t.get("phase") else None,
                  t.get("thread") == "any", t.get("link", ""), t.get("affected", ""),
-                 t.get("fixed", ""))
+                 t.get("fixed", ""), _frames(path, sid, "also", t.get("also", "")))
 
 
 def load(path: Path = CATALOG) -> tuple[Shape, ...]:
@@ -101,6 +108,18 @@ def load(path: Path = CATALOG) -> tuple[Shape, ...]:
 @functools.lru_cache(maxsize=4)
 def catalog(path: Path = CATALOG) -> tuple[Shape, ...]:
     return load(path)
+
+
+def checked(kf: KnownFailures) -> KnownFailures:
+    """`kf` when each of its `upstream` entries names a shape of the catalog; else a
+    UsageError naming the entry (a misspelt id would silently leave its failures new)."""
+    ids = {s.id for s in catalog()}
+    for e in kf.entries:
+        if e.upstream and e.upstream not in ids:
+            raise UsageError(f"--known entry at line {e.line}: `upstream = {e.upstream!r}` "
+                             f"names no shape of {CATALOG.name} (known: "
+                             f"{', '.join(sorted(ids))})")
+    return kf
 
 
 def _threads(rows: Iterable[dict[str, Any]]) -> list[list[str]]:
@@ -120,16 +139,18 @@ def match(cls: str, state: str, phase: str, functions: Sequence[str],
           ) -> Shape | None:
     """The first shape that fits a signature: its class, state and phase, and frames found in
     its failing thread (`functions`: every named function, innermost first) or, for a shape
-    with `thread = any`, in one thread of a failure folder among `rows`."""
+    with `thread = any`, in one thread of a failure folder among `rows`; a shape with `also`
+    wants those frames together in one thread of such a folder too."""
     shapes = catalog() if shapes is None else shapes
     others: list[list[str]] | None = None
     for shape in shapes:
         if not shape.fits(cls, state, phase):
             continue
-        if shape.in_thread(functions):
-            return shape
-        if shape.any_thread:
+        if shape.also or (shape.any_thread and not shape.in_thread(functions)):
             others = _threads(rows) if others is None else others
-            if any(shape.in_thread(t) for t in others):
-                return shape
+        if shape.also and not any(shape.in_thread(t, shape.also) for t in others or ()):
+            continue
+        if shape.in_thread(functions) or \
+                (shape.any_thread and any(shape.in_thread(t) for t in others or ())):
+            return shape
     return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -284,7 +285,7 @@ class InstanceChurn:
             holder = _Holder(w.b.VmInstance())
             t.writer.end(Step.INSTANCE_CREATE)
             holder.driver = create_driver(w.b, w.driver_name, t.writer)
-            dev = Device(holder.driver, w.uri, t.writer)
+            dev = _device_or_destroy(holder, w.uri, t.writer)
             work.result.devices_created += 1
             try:
                 mod = w.vm_module(holder.instance, work.program.name)
@@ -308,7 +309,7 @@ class DriverChurn:
     def run(self, w: WorkerContext, t: ThreadState, work: Work) -> None:
         holder = _Holder(w.instance)
         holder.driver = create_driver(w.b, w.driver_name, t.writer)
-        dev = Device(holder.driver, w.uri, t.writer)
+        dev = _device_or_destroy(holder, w.uri, t.writer)
         work.result.devices_created += 1
         try:
             mod = w.vm_module(w.instance, work.program.name)
@@ -324,6 +325,28 @@ class _Holder:
     def __init__(self, instance: Any):
         self.instance: Any = instance
         self.driver: Any = None
+
+
+def _device_or_destroy(holder: _Holder, uri: str, writer: SlotWriter) -> Device:
+    """A device on the job's own driver; when it cannot be made, the driver is destroyed here,
+    in its journaled step (review of issue 39), not later wherever the exception's frames
+    let go of it (a crash there would read as the job's work)."""
+    try:
+        return Device(holder.driver, uri, writer)
+    except BaseException as exc:
+        _drop_frames(exc)
+        _destroy_driver(holder, writer)
+        raise
+
+
+def _drop_frames(exc: BaseException | None) -> None:
+    """Clears the locals of the finished frames of an exception and its causes (Device's
+    constructor holds the driver as an argument)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
 
 
 def _destroy_driver(holder: _Holder, writer: SlotWriter) -> None:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stress.analysis import header, rundata, signatures
+from stress.analysis import header, rundata, signatures, upstream
 from stress.analysis import known as known_mod
 from stress.analysis.exposure import failing_exits, job_clusters
 from stress.analysis.sequential import BernoulliSprt, Decision
@@ -383,4 +383,4 @@ def jobs_to_pass(spec: GateSpec) -> int:
 
 def load_known(paths: Iterable[Path]) -> known_mod.KnownFailures:
     paths = list(paths)
-    return known_mod.load_all(paths) if paths else known_mod.EMPTY
+    return upstream.checked(known_mod.load_all(paths)) if paths else known_mod.EMPTY

@@ -116,3 +116,20 @@ def test_a_failure_at_driver_churns_driver_release_is_rated_per_driver_teardown(
     rate = exposure.driver_teardown_rate(data, Counter({("r1", 3): 1}))
     # 6 driver-churn jobs x 1 + 2 instance-churn jobs x 3 (one per chunk); job 3 failed one
     assert (rate.failures, rate.units) == (1, 12)
+
+
+def test_a_dlclose_during_a_work_step_stays_work() -> None:
+    """An executable's library unloaded mid-job is not a driver's destroy (review of issue
+    39): during a work step the dlclose frame does not move the phase."""
+    th = frames(("iree_fault_segv", "libfault.so"), ("_dl_call_fini", LD),
+                ("_dl_close_worker", LD), ("dlclose", "libc.so"),
+                ("iree_dynamic_library_release", "_runtime.so"))
+    assert lifecycle.phase_of("invoke", [th])[0] is Phase.WORK
+    assert lifecycle.phase_of("driver-release", [th])[0] is Phase.DRIVER_DESTROY
+
+
+@pytest.mark.parametrize("name", ["pthread_exit", "iree_exit_handler_run", "_exit",
+                                  "exit_group", "Py_FinalizeExtra", "my_dlclose_wrapper_x"])
+def test_a_name_that_only_contains_exit_or_dlclose_leaves_a_work_step_work(name: str) -> None:
+    th = frames(("iree_fault_segv", "libfault.so"), (name, "libx.so"))
+    assert lifecycle.phase_of("invoke", [th])[0] is Phase.WORK

@@ -4,6 +4,7 @@ points at a shape, and a stack that matches none saying nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +197,62 @@ def test_a_c_build_with_flattened_names_matches_the_same_shape(tmp_path: Path) -
     """A stand-in library written in C names `rocr_core_InterruptSignal_WaitRelaxed`."""
     main = [("syscall", "libc.so.6"), ("rocr_core_InterruptSignal_WaitRelaxed", "libfake.so"),
             ("hipStreamSynchronize", "libfake.so")]
-    text = gdb_text([(PID, main), (PID + 7, [("rocr_AsyncEventsLoop", "libfake.so")])])
+    loop = [("hsaKmtWaitOnMultipleEvents_Ext", "libfake.so"),
+            ("rocr_AsyncEventsLoop", "libfake.so")]
+    text = gdb_text([(PID, main), (PID + 7, loop)])
     s = build([failure(tmp_path, "f", "hang", text, step="readback", blocked=(PID, PID + 7))])[0]
     assert s.upstream is not None and s.upstream.id == "rocm-systems#10463"
+
+
+def test_a_waiter_in_wait_relaxed_without_the_loop_parked_matches_no_shape(
+        tmp_path: Path) -> None:
+    """Review of issue 39: every ROCm hang on a completion has a thread in WaitRelaxed; without
+    the async-events loop parked in its wait it is not the lost wake-up."""
+    busy_loop = [("rocr::core::Runtime::AsyncEventsLoop(void*)", HSA),
+                 ("rocr::os::ThreadTrampoline(void*)", HSA)]
+    for n, other in enumerate(([], [(PID + 7, busy_loop)])):
+        text = gdb_text([(PID, MAIN_SYNC), *other])
+        row = failure(tmp_path, f"f{n}", "hang", text, step="readback", blocked=(PID,))
+        assert shape_of(build([row]), "hang") is None
+
+
+@pytest.mark.parametrize("step", ["device-release", "driver-release", "worker-exit"])
+def test_a_crash_in_the_async_events_loop_at_teardown_is_not_the_start_race(
+        tmp_path: Path, step: str) -> None:
+    """Review of issue 39: rocm-systems#2261 crashes right after start; the same thread
+    crashing while the runtime is torn down is another failure."""
+    crashing = [("rocr::core::InterruptSignal::IsValid() const", HSA), *ASYNC_LOOP]
+    text = gdb_text([(PID, MAIN_SYNC), (PID + 3, crashing)], crashed=PID + 3)
+    row = failure(tmp_path, "f", "crash", text, step=step)
+    row["evidence"] = {"crashed_tid": PID + 3}
+    assert shape_of(build([row]), "crash") is None
+
+
+@pytest.mark.parametrize(("fraction", "state"),
+                         [(0.02, "blocked"), (0.05, "blocked"), (0.49, "busy")])
+def test_a_worker_caught_running_leads_a_hang_only_when_it_used_more_than_a_parked_one(
+        tmp_path: Path, fraction: float, state: str) -> None:
+    """Review of issue 39: a local-task worker spins briefly by design; sampled running at
+    both reads but with almost no CPU over the window, it neither turns a blocked hang busy
+    nor leads its signature. One that burned a core does both."""
+    worker = [("iree_task_worker_pump_until_exit", "_runtime.so"),
+              ("iree_task_worker_main", "_runtime.so"), ("start_thread", "libc.so.6")]
+    text = gdb_text([(PID, MAIN_SYNC), (PID + 5, worker)])
+    row = failure(tmp_path, "f", "hang", text, step="readback", busy=(PID + 5,),
+                  blocked=(PID,))
+    (tmp_path / "f" / "threads.json").write_text(json.dumps({"pid": PID, "threads": [
+        {"tid": PID, "activity": "blocked", "core_fraction": 0.0},
+        {"tid": PID + 5, "activity": "busy", "core_fraction": fraction}]}))
+    s = build([row])[0]
+    assert s.key.state == state
+    assert s.frames[0].startswith("iree_task_worker") == (state == "busy")
+    assert (s.frames[0] == "ioctl") == (state == "blocked")  # the main thread's wait leads
+
+
+def test_a_known_entry_naming_no_shape_is_a_usage_error_in_one_line(tmp_path: Path) -> None:
+    """Review of issue 39: a misspelt id silently left every failure of the shape new."""
+    path = tmp_path / "known.toml"
+    path.write_text('[[known]]\nupstream = "rocm-systems#1046"\nnote = "typo"\n')
+    with pytest.raises(known.UsageError, match=r"line 1: `upstream = 'rocm-systems#1046'` "
+                                               r"names no shape of upstream.toml"):
+        report.build([tmp_path], [path])
