@@ -160,8 +160,13 @@ def check_same_numbers(r: Rendered) -> None:
     t = table_numbers(html_tables(r.html), md_split)
     assert t["total"] == want and t["sums"] == want, ("html", t, want)
     props = {p.get("name"): p.get("value") for p in r.junit.iter("property")}
-    assert (_n(props["jobs"]), _n(props["invocations"]), _n(props["process exits"])) == \
-        (jobs, inv, exits)
+    if s.get("engine") == "exec":  # the command's tests and processes, as the summary says
+        assert _n(props["jobs"]) == jobs and "invocations" not in props, props
+        assert _n(props["command processes"].split(":")[0]) == \
+            s["command_processes"]["total"], props
+    else:
+        assert (_n(props["jobs"]), _n(props["invocations"]), _n(props["process exits"])) == \
+            (jobs, inv, exits)
     assert props["failures"] == failures
     for problem in [*r.junit.iter("error"), *r.junit.iter("failure")]:  # never "1 in 0"
         m = re.search(r"occurrences here: ([\d,]+) in ([\d,]+) job\(s\)", problem.text or "")
