@@ -70,7 +70,7 @@ def test_a_fusilli_style_torch_program_soaks_with_generated_inputs(tmp_path: Pat
 @pytest.mark.parametrize("args,message", [
     (["--target", "tpu"], "unknown target 'tpu'; known targets"),
     (["--programs", "nothing.*"], "no corpus program matches 'nothing.*'"),
-    (["--patterns", "sometimes"], "unknown pattern(s) sometimes; known: all, exit, shared"),
+    (["--patterns", "sometimes"], "unknown pattern(s) sometimes; known: all, exit, driver, shared"),
     (["--duration", "0s"], "must be positive"),
     (["--duration", "-3s"], "not a duration"),
     (["--program", "/missing.mlir"], "program file not found: /missing.mlir"),
