@@ -91,8 +91,9 @@ def test_without_done_regex_a_crash_or_hang_after_pytests_summary_fails_the_exit
     neither is keyed on the summary line."""
     proj, out, _ = run
     report = json.loads(run_cli("report", str(out), "--format", "json", cwd=proj).stdout)
-    exit_crash = next(f for f in report["first_screen"]
-                      if f["what"].startswith("crash SIGSEGV at teardown"))
+    exit_crash = next(f for f in report["first_screen"]  # (after main returned: issue 39)
+                      if f["what"].startswith("crash SIGSEGV in process-exit")
+                      and "at teardown (worker-exit" in f["what"])
     assert exit_crash["culprit"].startswith("pytest SIGSEGV at its exit, after its tests "
                                             "were done (2 tests run")
     hang = next(f for f in report["first_screen"] if f["what"].startswith("teardown_hang"))
