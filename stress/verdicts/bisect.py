@@ -81,6 +81,8 @@ class Stop(enum.Enum):
     CONFIDENT = "confident"  # the top stack reached the asked confidence
     GOOD_END_BAD = "good end bad"  # ... and it is the good end: no change inside the list
     BAD_END_GOOD = "bad end good"  # "no stack is bad" reached it: the bad end fails like the rest
+    SAME_RATE = "same rate"  # the two together reached it: one rate from end to end, neither
+    #   end telling which claim is wrong (a list failing 50% throughout: is 50% good or bad?)
     BUDGET = "budget"  # the trial budget is spent first
     HARNESS = "harness"  # a stack's workers could not start: its trials are not results
 
@@ -231,6 +233,9 @@ def bisect(runner: TrialRunner, names: Sequence[str], seed: int,
             stop = (Stop.GOOD_END_BAD if top == 0 else Stop.BAD_END_GOOD if top == len(names)
                     else Stop.CONFIDENT)
             break
+        if post[0] + post[-1] >= confidence:
+            stop = Stop.SAME_RATE
+            break
         if ev.total >= max_trials:
             break
         x = next_stack(fr)
@@ -285,13 +290,20 @@ def _result(ev: Evidence, fr: FirstRise, stop: Stop, asked: float, budget: int,
         r.reason = (f"the bad end {names[-1]} fails like the stacks before it (posterior "
                     f"{r.confidence:.1%} that no stack of the list is bad; trials fail "
                     f"{fmt_rate(g)}) after {r.trials} trials: is --bad really bad?")
+    elif stop is Stop.SAME_RATE:
+        r.confidence = float(post[0] + post[-1])
+        r.reason = (f"no stack inside the list changes the rate: the good end {names[0]} fails "
+                    f"like the stacks after it and the bad end {names[-1]} like those before "
+                    f"it (posterior {r.confidence:.1%} of one rate from end to end; trials fail "
+                    f"{fmt_rate(fr.rate_none)}) after {r.trials} trials: is --good really good, "
+                    f"and --bad really bad?")
     elif stop is Stop.HARNESS:
         rows[names.index(harness[0])].note = "not a result: it could not run (see above)"
         r.reason = f"{harness[1]}; posterior so far: {shown}"
     else:
         r.reason = (f"the budget of {budget} trials is spent with no stack at {fmt_level(asked)}: "
                     f"most likely first bad {shown}; {rates}")
-    if stop in (Stop.GOOD_END_BAD, Stop.BAD_END_GOOD, Stop.BUDGET):
+    if stop in (Stop.GOOD_END_BAD, Stop.BAD_END_GOOD, Stop.SAME_RATE, Stop.BUDGET):
         f = fall(failures, trials, fr, prior)
         if f.chance >= FALL_SAID:
             r.reason += (f"; the rate falls along the list ({f.chance:.1%}): trials fail "

@@ -66,7 +66,7 @@ def test_bisect_over_16_stacks_names_the_first_bad_one_with_its_posterior(
 
 def _tops(lines: list[str]) -> list[float]:
     return [float(m.group(1)) / 100 for x in lines
-            if (m := re.search(r"; top n\d+ ([\d.]+)%", x))]
+            if (m := re.search(r"; top (?:n\d+|\(no stack is bad\)) ([\d.]+)%", x))]
 
 
 @pytest.mark.parametrize("asked", [0.8, 0.95, 0.99])
@@ -162,8 +162,11 @@ def test_a_good_end_that_fails_like_the_rest_is_inconclusive_and_says_so() -> No
     known = [Trial(n, i, i, i % 2 == 0) for n in names for i in range(80)]  # all fail 50%
     r = bisect(Stacks(dict.fromkeys(names, 0.5)), names, seed=0, known=known,
                max_trials=2000)
-    assert r.stop is Stop.GOOD_END_BAD and r.outcome.exit_code == 3
+    # 50% from end to end: the good end bad, or every stack "good" at 50% (a flaky suite):
+    # either way no stack inside the list is the change
+    assert r.stop in (Stop.GOOD_END_BAD, Stop.SAME_RATE) and r.outcome.exit_code == 3
     assert "the good end n0 fails like the stacks after it" in r.reason
+    assert r.trials < 2000 and not r.first_bad
 
 
 def test_a_stack_that_cannot_start_its_workers_stops_the_bisection() -> None:
@@ -263,16 +266,20 @@ def _from_prior(n: int, rng: random.Random) -> tuple[dict[str, float], str]:
     from stress.analysis.changepoint import PRIOR
     from stress.verdicts.bisect import NO_STACK
 
-    first = rng.choices(range(n + 1), [PRIOR.end_weight] + [1.0] * (n - 1)
-                        + [PRIOR.end_weight])[0]
+    def good() -> float:
+        return rng.betavariate(*(PRIOR.wide_good if rng.random() < PRIOR.wide else PRIOR.good))
+
     names = [f"n{i:02d}" for i in range(n)]
-    if first == n:
-        return dict.fromkeys(names, rng.betavariate(*PRIOR.good)), NO_STACK
+    if rng.random() < PRIOR.no_rise:
+        return dict.fromkeys(names, good()), NO_STACK
+    first = rng.choices(range(n), [PRIOR.end_weight] + [1.0] * (n - 1))[0]
+    bad = PRIOR.faint_bad if rng.random() < PRIOR.faint else PRIOR.bad  # one model for all
+    if first == 0:  # the good end bad: one rate throughout
+        return dict.fromkeys(names, rng.betavariate(*bad)), names[0]
     second = rng.randrange(first + 1, n) if first < n - 1 and rng.random() < \
         PRIOR.second_rise else n
     while True:
-        g, b1, b2 = (rng.betavariate(*PRIOR.good), rng.betavariate(*PRIOR.bad),
-                     rng.betavariate(*PRIOR.bad))
+        g, b1, b2 = good(), rng.betavariate(*bad), rng.betavariate(*bad)
         if g + PRIOR.rise <= b1 and (second == n or b1 + PRIOR.rise <= b2):
             break
     rates = [g if i < first else b1 if i < second else b2 for i in range(n)]
@@ -288,18 +295,18 @@ def test_bisect_is_right_as_often_as_it_says_when_the_truth_is_drawn_from_its_pr
         rates, want = _from_prior(8, rng)
         r = bisect(Stacks(rates, seed=rng.randrange(10**6)), list(rates), seed=0,
                    confidence=0.8, max_trials=150)
-        named = {Stop.CONFIDENT: r.first_bad, Stop.GOOD_END_BAD: "n00",
-                 Stop.BAD_END_GOOD: "(no stack is bad)"}.get(r.stop)
+        named = {Stop.CONFIDENT: {r.first_bad}, Stop.GOOD_END_BAD: {"n00"},
+                 Stop.BAD_END_GOOD: {"(no stack is bad)"},
+                 Stop.SAME_RATE: {"n00", "(no stack is bad)"}}.get(r.stop)
         if named is not None:
             printed.append(r.confidence)
-            right.append(named == want)
+            right.append(want in named)
     assert len(printed) > 130
     share, mean = sum(right) / len(right), sum(printed) / len(printed)
     assert abs(share - mean) < 0.07, (share, mean)  # 2.3 standard errors at 80%
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_least_rise_chooses_which_rise_the_bisect_looks_for(seed: int) -> None:
+def test_least_rise_chooses_which_rise_the_bisect_looks_for() -> None:
     """fishtest's bounds, for a bisect: a faint rise (0% -> 15% at n03) before a big one (70%
     at n06). By default (10 points) the faint one is the first bad stack; asked for rises of
     40 points or more, the big one is."""
@@ -308,11 +315,14 @@ def test_least_rise_chooses_which_rise_the_bisect_looks_for(seed: int) -> None:
     from stress.analysis.changepoint import PRIOR
 
     rates = {f"n{i:02d}": 0.0 if i < 3 else 0.15 if i < 6 else 0.7 for i in range(10)}
-    faint = bisect(Stacks(rates, seed=seed), list(rates), seed=0)
-    big = bisect(Stacks(rates, seed=seed), list(rates), seed=0,
-                 prior=dataclasses.replace(PRIOR, rise=0.4))
-    assert (faint.first_bad, big.first_bad) == ("n03", "n06")
-    assert "each rise >= 40%" in render(big) and "each rise >= 10%" in render(faint)
+    faint, big = [], []
+    for s in range(1, 7):  # a 15% stack may pass 35 of 36 trials: one run in six may miss
+        faint.append(bisect(Stacks(rates, seed=s), list(rates), seed=0))
+        big.append(bisect(Stacks(rates, seed=s), list(rates), seed=0,
+                          prior=dataclasses.replace(PRIOR, rise=0.4)))
+    assert sum(r.first_bad == "n03" for r in faint) >= 5
+    assert sum(r.first_bad == "n06" for r in big) >= 5
+    assert "each rise >= 40%" in render(big[0]) and "each rise >= 10%" in render(faint[0])
 
 
 def test_the_cli_bisect_takes_a_least_rise_and_its_defaults_are_the_models(

@@ -4,6 +4,7 @@ pruning; the answer when the rate rises twice; the choice of the next stack."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -23,7 +24,8 @@ def test_two_stacks_by_hand() -> None:
     # 6, stack 1 failed 4 of 5. Hypotheses: stack 1 is the first bad one (g = stack 0's
     # rate, b = stack 1's, b >= g), the good end is bad already (one rate b for both, and a
     # good rate with no data below it), no stack is bad (one rate g for both).
-    prior = Prior(good=(1.0, 1.0), bad=(1.0, 1.0), rise=0.0, second_rise=0.0, end_weight=0.5)
+    prior = Prior(good=(1.0, 1.0), bad=(1.0, 1.0), rise=0.0, second_rise=0.0, end_weight=0.5,
+                  wide=0.0, no_rise=0.0, faint=0.0)
     split = math.exp(_lbeta(2, 6) + _lbeta(5, 2)) * prob_greater(4, 5, 1, 6) / 0.5
     pooled = math.exp(_lbeta(6, 7))  # 5 of 11, one rate
     first_bad = pooled * (6 / 13) / 0.5  # P(g <= b) with g uniform: E[b] = 6 / 13
@@ -39,7 +41,12 @@ def _brute_weights(f: list[int], m: list[int], prior: Prior,
                    grid: int = 160) -> np.ndarray:
     """P(counts, first bad = k) for k = 0 .. n-1 and no stack bad (n), by brute force: a
     midpoint grid in the rate itself (not logit), the ordered region as an explicit mask, the
-    priors as densities."""
+    priors as densities; the faint model as a second model added with its weight."""
+    if prior.faint > 0:
+        loud = dataclasses.replace(prior, faint=0.0)
+        faint = dataclasses.replace(loud, bad=prior.faint_bad)
+        return ((1 - prior.faint) * _brute_weights(f, m, loud, grid)
+                + prior.faint * _brute_weights(f, m, faint, grid))
     n = len(f)
     x = (np.arange(grid) + 0.5) / grid
 
@@ -51,26 +58,28 @@ def _brute_weights(f: list[int], m: list[int], prior: Prior,
         k, t = sum(f[a:b]), sum(m[a:b])
         return np.asarray(np.exp(k * np.log(x) + (t - k) * np.log1p(-x)))
 
-    dg, db, d = dens(prior.good), dens(prior.bad), prior.rise
+    dg = sum(w * dens((a, b)) for w, a, b in prior.goods)
+    db, d = dens(prior.bad), prior.rise
     two = x[:, None] + d <= x[None, :]
     three = two[:, :, None] & (x[None, :, None] + d <= x[None, None, :])
     p2 = float((dg[:, None] * db[None, :] * two).sum())
     p3 = float((dg[:, None, None] * db[None, :, None] * db[None, None, :] * three).sum())
     w = np.ones(n)
     w[0] = prior.end_weight
-    total = w.sum() + prior.end_weight
+    total = w.sum() / (1 - prior.no_rise) if prior.no_rise else w.sum() + prior.end_weight
     post = np.zeros(n + 1)
     q = prior.second_rise
     for k in range(n):
         g0 = lik(0, k) * dg
         one = float((g0[:, None] * (lik(k, n) * db)[None, :] * two).sum()) / p2
-        post[k] += one * (1.0 if k == n - 1 else 1.0 - q) * w[k] / total
-        for k2 in range(k + 1, n):
+        post[k] += one * (1.0 if k in (0, n - 1) else 1.0 - q) * w[k] / total
+        for k2 in range(k + 1, n) if k > 0 else ():  # the good end bad: one rate
             b1, b2 = lik(k, k2) * db, lik(k2, n) * db
             t = float((g0[:, None, None] * b1[None, :, None] * b2[None, None, :]
                        * three).sum()) / p3
             post[k] += t * q / (n - 1 - k) * w[k] / total
-    post[n] = float((lik(0, n) * dg).sum()) * prior.end_weight / total
+    none = prior.no_rise if prior.no_rise else prior.end_weight / total
+    post[n] = float((lik(0, n) * dg).sum()) * none
     return post
 
 
@@ -85,6 +94,18 @@ def _brute(f: list[int], m: list[int], prior: Prior) -> np.ndarray:
 def test_the_posterior_is_the_integral_it_claims_to_be(f: list[int], m: list[int]) -> None:
     got = first_rise(f, m).posterior
     assert np.abs(got - _brute(f, m, changepoint.PRIOR)).max() < 2e-3
+
+
+@pytest.mark.parametrize(("f", "m"), [([0, 1, 3, 2, 4], [5, 6, 6, 3, 5]),
+                                      ([3, 2, 3, 6, 7], [10, 10, 10, 10, 10])])
+def test_each_mixture_of_the_prior_is_the_integral_it_claims_to_be(f: list[int],
+                                                                  m: list[int]) -> None:
+    # a wide good component, a faint model and a fixed chance of no rise, each off the
+    # defaults: the brute force adds them up its own way
+    for prior in (Prior(wide=0.4, wide_good=(1.0, 3.0)), Prior(faint=0.6, faint_bad=(1.0, 8.0)),
+                  Prior(no_rise=0.2), Prior(wide=0.3, faint=0.5, no_rise=0.1)):
+        got = first_rise(f, m, prior).posterior
+        assert np.abs(got - _brute(f, m, prior)).max() < 4e-3, prior  # 160 points, 30% rates
 
 
 def test_the_grid_is_fine_enough(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,7 +144,7 @@ def test_identical_rates_leave_no_stack_inside_the_list_standing_out() -> None:
 
 def test_a_bad_end_that_fails_like_the_rest_puts_the_posterior_on_no_stack_bad() -> None:
     fr = first_rise([0] * 8, [12] * 8)
-    assert fr.top == 8 and fr.none > 0.9  # index n: no stack of the list is bad
+    assert fr.top == 8 and fr.none > 0.8  # index n: no stack of the list is bad
 
 
 def test_a_rate_that_rises_twice_is_answered_by_its_first_rise() -> None:
