@@ -4,7 +4,9 @@
 # by side so the whole matrix fits one call's ten minutes. Prepared here (no compiler and no
 # registry there): the cp312 iree-base-runtime and py-spy wheels in DIR/wheels, the artifacts
 # of `iree-stress compile --target cuda --programs 'unary.*.f32.*' --export DIR/cuda`, and a
-# copy of this tree at DIR/tree (DIR/tree/COMMIT names its commit). Carry DIR; run
+# copy of this tree at DIR/tree (DIR/tree/COMMIT names its commit). DIR must lie in the checkout
+# the device tool sends (the session's own, not a helper's worktree), git-ignored, e.g.
+# .cache/gpu41 there. Carry DIR; run
 # `bash DIR/tree/bench/fault_matrix_gpu.sh`. Outputs go to $OUT (at most 8 files come back):
 # fault_matrix-<target>-on.txt and -off.txt (each lane's table under a header naming the commit
 # and the GPU), and evidence.tgz (every cell's text report and summary.json, the evidence of
