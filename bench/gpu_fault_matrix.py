@@ -112,8 +112,22 @@ def run_cell(run: Path, args: argparse.Namespace, options: list[str], count: Pat
                          timeout=600)
     sigs = json.loads(rep.stdout)["signatures"] if rep.returncode in (0, 1) else []
     fired = count.read_text().split("\n") if count.exists() else []
+    if getattr(args, "reports", None):
+        keep_report(run, Path(args.reports), env)
     return {"summary": s, "signatures": sigs,
             "fired": sum(1 for line in fired if line.startswith(want))}
+
+
+def keep_report(run: Path, into: Path, env: dict[str, str]) -> None:
+    """The cell's text report (what a user reads: classes, phases, busy/blocked in words,
+    stacks) and its summary.json, under `into` by the cell's name, to read after the machine
+    that ran it is given back."""
+    into.mkdir(parents=True, exist_ok=True)
+    text = subprocess.run([sys.executable, "-m", "stress", "report", str(run)],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    (into / f"{run.name}.txt").write_text(text.stdout + text.stderr)
+    if (run / "summary.json").exists():
+        shutil.copy(run / "summary.json", into / f"{run.name}-summary.json")
 
 
 def frame_expected(fault: Fault, pattern: str, debuggers: str) -> bool:
@@ -233,6 +247,8 @@ def add_matrix_args(ap: argparse.ArgumentParser, faults: list[str]) -> None:
     ap.add_argument("--out", help="also write the table here")
     ap.add_argument("--keep-odd", metavar="DIR",
                     help="copy the evidence of failures of an unexpected class here")
+    ap.add_argument("--reports", metavar="DIR",
+                    help="write each cell's text report and summary.json here")
 
 
 def main() -> int:
