@@ -6,64 +6,41 @@ Stacks 0 .. n-1 in order, f_i of m_i trials failed on stack i. The hypotheses:
   from k to a second rise at k2 (uniform over k+1 .. n-1) and b2 from k2 on. The answer is k,
   the first rise, whichever the case: a nightly that broke it and a later one that made it
   worse is one of the hypotheses, not a misfit that drags the answer to the bigger step.
-- k = 0: the list's first stack (the --good end) is already bad; k = n: no stack is bad (the
-  --bad end fails like the good one). Each has END_WEIGHT times one inner stack's prior.
-The rates are unknown and integrated out: g ~ Beta(GOOD_RATE), each bad rate ~ Beta(BAD_RATE),
-independent, then taken in order, each rise at least RISE (g + RISE <= b1, b1 + RISE <= b2;
-the priors truncated to that region and renormalised). Trials within a segment are
+- k = 0: the list's first stack (the --good end) is already bad: one rate from end to end
+  (END_WEIGHT times one inner stack's prior); k = n: no stack is bad (the --bad end fails like
+  the good one; prior NO_RISE, whatever n).
+The rates are unknown and integrated out: g ~ Beta(GOOD_RATE) or, with weight WIDE_GOOD,
+a wider Beta; each bad rate ~ Beta(BAD_RATE), independent, then taken in order, each rise at
+least RISE (g + RISE <= b1, b1 + RISE <= b2; the priors truncated to that region and
+renormalised). A second model has every bad rate ~ Beta(FAINT) instead; the posterior is the
+two models' mixture, each weighed by its prior weight times its evidence (a loud fault's
+trials rule the faint model out, a faint fault's keep both). Trials within a segment are
 exchangeable, so a hypothesis' evidence is the product of its segments' Beta-Bernoulli
-marginal likelihoods (closed form: B(a + F, b + P) / B(a, b)), times the posterior chance that
-the segments' rates come out in order, over the prior chance. That chance is the one integral
-without a closed form: a sum on a grid in logit(rate), a ratio of two sums on the same grid
-(so the grid's error cancels to first order). Every trial on every stack enters, the ends
-too, as ordinary evidence.
+marginal likelihoods (closed form: B(a + F, b + P) / B(a, b), a weighed sum of them for the
+good rate's two components), times the posterior chance that the segments' rates come out in
+order, over the prior chance. That chance is the one integral without a closed form: a sum on
+a grid in logit(rate), a ratio of two sums on the same grid (so the grid's error cancels to
+first order). Every trial on every stack enters, the ends too, as ordinary evidence.
 
-Cost: n^2 / 2 hypotheses with a second rise. The closed forms cost nothing; the ordering
-integral depends on the segments' counts only, so it is computed once per pair of tested-stack
-states (a bisection leaves most stacks untested), and only for pairs whose closed-form bound
-(the chance is <= 1) is within PRUNE_NATS of the best: the rest carry less than e^-PRUNE_NATS
-of the posterior each. Over 64 stacks a posterior takes 1-2 ms early in a bisection and up to
-~10 ms with 40 or more stacks tested and the posterior still flat (a faint fault late in its
-budget): bench/bisect_simulation.py's 14,000 bisections take 24 minutes on 2 processes
-(bench/results/bisect_simulation.txt). Most of it is per-call overhead, not arithmetic: every
-state pair in one broadcast (no pruning) gave the same posteriors (to 2e-16) no faster
-(1.1-13.6 ms against 1.3-10.5 ms from 5 to 64 tested stacks), and 48 grid points cost what
-96 do.
+Cost: n^2 / 2 hypotheses with a second rise, per model. The closed forms cost nothing; the
+ordering integral depends on the segments' counts only, so it is computed once per pair of
+tested-stack states (a bisection leaves most stacks untested), and only for pairs whose
+closed-form bound (the chance is <= 1) is within PRUNE_NATS of the best: the rest carry less
+than e^-PRUNE_NATS of the posterior each. A posterior takes a few ms (two models, 160 grid
+points); bench/bisect_peer.py runs thousands of bisections on 2 cores in under an hour.
 
-What limits it (issue 27). The posterior is exact for this model, so where the truth is drawn
-from the prior it is right as often as it prints. At one fixed setting it is not, and cannot
-be while the rates are unknown: it averages over every rate the trials allow.
-bench/results/bisect_simulation.txt's "if rates known" (the named stack's posterior at the same
-stop had the rates been known) matched the share right within a point in every setting when
-bisect stopped at 95% (the numbers below, all at that stop; the file's history has them): at a
-clear fault (30-50% bad) 99.5-100% where this posterior stops at 95.5%; at 2% -> 15% over 64
-stacks 93.2% where it prints 95.6% (its bad rate sits above 15%: the least rise keeps it above
-~12%). The rest was measured on development seeds (1001, 1002), not the table's: of the 4.5
-points held back at 2% -> 50%, ~2 are a faint first rise just before the answer followed by
-the big one (the second-rise hypotheses: 97.6-97.8% without them), 0.2-0.5 the ends, ~2 the
-rates themselves (97.8-97.9% with neither: a stack that failed a few trials may be good if
-good stacks fail 12%, one that passed 20 may be bad if bad ones fail 12%). Every knob that
-gives those back is paid for where a fault is faint or rises twice (20 stacks, 2% -> 50% took
-37.1 trials with the defaults, right 100%):
-- no second rise: 32.4 trials, but a rate that rises twice is answered by its second rise
-  (right 63% of the answers); P(second rise) 10%: 33.2 trials, right 89.5% there; 20%: 34.2;
-- bad rates uniform: 34.3 trials; steeper, Beta(1, 3): 41.7 (2% -> 15% no better over 64
-  stacks: 92.5% of 106 answers right); a least rise of 5 points: 49.4; good rate Beta(1, 50)
-  or Beta(0.5, 20): 37.6, 39.8; the ends at ~0: 36.4;
-- every one of them still right 100% of the time at ~95.5% printed at 2% -> 50%.
-The choice of the next trial is not where trials go to waste either: a two-step lookahead
-(expected entropy after the best next trial, over the 4 best first ones) took 38.5 trials
-against 37.6; choosing by the expected top posterior stalls (140 trials, 20% inconclusive).
-Stopping only when the next trial's worse outcome would keep the answer at the asked
-confidence prints 98.1-98.4% at clear faults (right 100%: inside 3 points) and 97.4% at
-2% -> 15% (right 98.7%), but takes 10 more trials at 2% -> 50% (49.8 against 39.8): it would
-meet the calibration bins by spending trials, not by a better posterior (the same posterior,
-as far below the known-rates one, only stopped later), so it is not the default.
-A plain later stop, at 97.5%, is (verdicts.bisect.CONFIDENCE): the same trade for fewer
-trials (45.4 against 39.0 over 20 stacks, 51.2 against 45.3 over 64), and every setting
-printed within 3 points and right >= 96.4% (bench/results/bisect_frontier.txt, -64.txt, which
-also show why printing a posterior with the rates plugged in is no way out: overconfident by
-4-7 points where a fault is faint or rises twice).
+What limits it (issues 27, 40). The posterior is exact for this model, so where the truth is
+drawn from the prior it is right as often as it prints (tests/unit/test_bisect.py checks it).
+At one fixed setting it need not be: it averages over every rate the trials allow.
+bench/results/bisect_peer.txt measures, beside git-bayesect, how often each setting's answers
+are right against the confidence printed with them, on the prior and off it (a good rate of
+20%, a rise of 5 points, a falling rate, a noisy good side, no change at all). The trade this
+prior makes: a clear fault's answer waits until the stack before the rise is shown not to be a
+faint first rise (a rate that rose twice is answered by its first rise), and a faint fault's
+bad rate is not taken from a few failures (the faint model). Both cost trials at a clear
+fault. The earlier prior (one model, bad ~ Beta(1, 2), P(second rise) 50%, the ends each one
+stack's weight) and its measurements are in this file's history and in
+bench/results/bisect_simulation.txt, bisect_frontier.txt.
 """
 
 from __future__ import annotations
@@ -518,52 +495,3 @@ class _Ordering:
         for r in self.rates:
             r[a, b] = np.nan_to_num(r[a, b], nan=0.5)
         self.best = max(self.best, float(np.max(bound[a, b] + self.log_chance[a, b])))
-
-
-@dataclass(frozen=True)
-class Fall:
-    """The counts read as a rate that falls along the list: `chance` P(a fall rather than
-    what bisect's model allows: rises or none) at even odds; the rates before and after the
-    fall (where it falls is left out: bisect's trials do not look for it)."""
-
-    chance: float
-    before: float
-    after: float
-
-
-def fall(failures: Any, trials: Any, fr: FirstRise, prior: Prior = PRIOR) -> Fall:
-    """bisect's model read backwards (a rise from the last stack towards the first is a fall),
-    its proper rises only, weighed against `fr` (the forward posterior of the same counts)."""
-    rev = first_rise(np.asarray(failures)[::-1], np.asarray(trials)[::-1], prior)
-    n = fr.n
-    inner = rev.posterior[1:n]
-    mass = float(inner.sum())
-    if n < 2 or mass <= 0.0:
-        return Fall(0.0, 0.0, 0.0)
-    odds = fr.log_evidence - rev.log_evidence - math.log(mass)
-    low, high = rev.rates()
-    return Fall(1.0 / (1.0 + math.exp(min(odds, 700.0))), high, low)
-
-
-def expected_entropy(fr: FirstRise) -> Array:
-    """For each stack x, the expected entropy (bits) of the first-bad posterior after one more
-    trial on x: under each hypothesis x fails with its segment's posterior mean rate (the
-    Beta-Bernoulli predictive), and the posterior after either outcome is the Bayes update."""
-    n = fr.n
-    j0, j1, j2 = (fr.joint * r for r in fr.rate)
-    # P(first bad = k and x fails), [x, k]: x < k on the good side; else in the middle
-    # segment when k2 > x (k2 = n included), in the last one when k2 <= x
-    mid = np.cumsum(j1[:, ::-1], axis=1)[:, ::-1][:, 1:n + 1]  # [k, x]: sum over k2 > x
-    last = np.cumsum(j2[:, :n], axis=1)  # [k, x]: sum over k2 <= x
-    x = np.arange(n)[:, None]
-    fail = np.where(x < np.arange(n)[None, :], j0.sum(axis=1)[None, :], (mid + last).T)
-    fail = np.concatenate([fail, np.full((n, 1), fr.none * fr.rate_none)], axis=1)
-    out = np.zeros(n)
-    for joint in (fail, fr.posterior[None, :] - fail):
-        joint = np.clip(joint, 0.0, None)
-        mass = joint.sum(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            jl = np.where(joint > 0, joint * np.log2(joint), 0.0)
-            ml = np.where(mass > 0, mass * np.log2(mass), 0.0)
-        out += ml - jl.sum(axis=1)
-    return out

@@ -8,7 +8,7 @@ unknown (Beta priors, in order: each rise adds at least the least rise, 10 point
 --least-rise says otherwise) and integrated out, with
 room for a second rise later (the first is the answer). Every trial on every stack counts,
 the ends too, as evidence, never as gates. The next trial goes to the stack where the expected
-drop of the posterior's entropy is largest (changepoint.expected_entropy); the bisection stops
+drop of the posterior's entropy is largest (bisectread.expected_entropy); the bisection stops
 when the top stack's posterior reaches the asked confidence (default 97.5%), or when the trial
 budget is spent (then it reports the posterior's top stacks, inconclusive). The confidence
 printed is that posterior; bench/bisect_simulation.py measures whether it is right as often
@@ -35,14 +35,8 @@ from typing import Any
 import numpy as np
 
 from stress.analysis import header
-from stress.analysis.changepoint import (
-    PRIOR,
-    FirstRise,
-    Prior,
-    expected_entropy,
-    fall,
-    first_rise,
-)
+from stress.analysis.bisectread import expected_entropy, fall
+from stress.analysis.changepoint import PRIOR, FirstRise, Prior, first_rise
 from stress.analysis.stats import fmt_level, fmt_rate
 from stress.verdicts.trials import Trial, TrialRunner
 

@@ -12,7 +12,8 @@ import pytest
 
 from stress.analysis import changepoint
 from stress.analysis.bayes import prob_greater
-from stress.analysis.changepoint import Prior, expected_entropy, first_rise
+from stress.analysis.bisectread import expected_entropy
+from stress.analysis.changepoint import Prior, first_rise
 
 
 def _lbeta(a: float, b: float) -> float:
