@@ -11,7 +11,8 @@ first rise.
 - "from the prior": each truth drawn from the model's own prior (where the first rise is, a
   second rise or not, the rates, the ends bad or good): the case where the posterior is
   calibrated by construction, a check of the arithmetic. Here "the good end is bad" and "no
-  stack is bad" are answers too (right when true).
+  stack is bad" are answers too (right when true), and so is the same-rate stop (one rate from
+  end to end: right when either is true).
 The settings are fixed rates, not draws from the prior: at a given setting the posterior is
 calibrated only as far as the trials have pinned the rates down when it stops.
 
@@ -56,6 +57,7 @@ from stress.verdicts.bisect import CONFIDENCE, MAX_TRIALS, NO_STACK, Stop, bisec
 from stress.verdicts.trials import Trial  # noqa: E402
 
 Setting = tuple[float, ...]  # (good rate, bad rate[, rate after the second rise]); () = prior
+SAME_RATE: str = "(one rate from end to end)"  # Stop.SAME_RATE's answer: either end hypothesis
 FROM_PRIOR: Setting = ()
 SETTINGS: tuple[Setting, ...] = (
     (0.0, 0.5),  # the fusilli case: clean before, half the runs failing after
@@ -115,19 +117,28 @@ def truth(setting: Setting, n: int, rng: random.Random,
 
 
 def from_prior(prior: Prior, n: int, rng: random.Random) -> tuple[list[float], int]:
-    """A truth drawn from the model's prior: the first bad stack (the ends weighted as the
-    prior weighs them), a second rise or not, the rates from their Beta priors until they
-    come out in order with the least rise (the priors truncated to that region)."""
-    weights = [prior.end_weight] + [1.0] * (n - 1) + [prior.end_weight]
-    first = rng.choices(range(n + 1), weights)[0]
-    second = n
-    if first < n - 1 and rng.random() < prior.second_rise:
-        second = rng.randrange(first + 1, n)
+    """A truth drawn from the model's own prior (analysis.changepoint's): no stack bad with
+    chance no_rise (one good rate throughout), else the first bad stack (the good end weighted
+    end_weight against 1 for each inner stack), one model for every bad rate (the faint one
+    with its weight), a second rise or not (never after the good end: one rate then), the rates
+    from their priors until they come out in order with the least rise (the priors truncated
+    to that region; the good end bad keeps its rate above a good rate that no stack shows)."""
+    def good() -> float:  # the good rate's prior: a mixture, truncated as a whole
+        return rng.betavariate(*(prior.wide_good if rng.random() < prior.wide else prior.good))
+
+    inner = [prior.end_weight] + [1.0] * (n - 1)
+    if prior.no_rise > 0:
+        first = n if rng.random() < prior.no_rise else rng.choices(range(n), inner)[0]
+    else:
+        first = rng.choices(range(n + 1), [*inner, prior.end_weight])[0]
     if first == n:  # one rate for all: the model puts no order on it
-        return [rng.betavariate(*prior.good)] * n, first
+        return [good()] * n, first
+    bad = prior.faint_bad if rng.random() < prior.faint else prior.bad  # one model for all
+    second = n
+    if 0 < first < n - 1 and rng.random() < prior.second_rise:
+        second = rng.randrange(first + 1, n)
     while True:
-        g = rng.betavariate(*prior.good)
-        b1, b2 = rng.betavariate(*prior.bad), rng.betavariate(*prior.bad)
+        g, b1, b2 = good(), rng.betavariate(*bad), rng.betavariate(*bad)
         if g + prior.rise <= b1 and (second == n or b1 + prior.rise <= b2):
             break
     return [g if i < first else b1 if i < second else b2 for i in range(n)], first
@@ -144,15 +155,15 @@ def one_run(job: tuple[Setting, int, int, int, Prior]) -> tuple[int, str, float,
     res = bisect(SimStacks(dict(zip(names, rates, strict=True)), rng), names, seed=0,
                  prior=prior)
     named = {Stop.CONFIDENT: res.first_bad, Stop.GOOD_END_BAD: names[0],
-             Stop.BAD_END_GOOD: NO_STACK}.get(res.stop)
+             Stop.BAD_END_GOOD: NO_STACK, Stop.SAME_RATE: SAME_RATE}.get(res.stop)
     answered = res.stop is Stop.CONFIDENT or (setting == FROM_PRIOR and named is not None)
     want = names[first] if first < n else NO_STACK
+    right = named == want or (named == SAME_RATE and want in (names[0], NO_STACK))
     known = -1.0
     if answered and setting != FROM_PRIOR and named in names:
         known = float(known_rates(setting, [r.failures for r in res.rows],
                                   [r.trials for r in res.rows])[names.index(named)])
-    return (res.trials, res.stop.value, res.confidence if answered else -1.0,
-            named == want, known)
+    return (res.trials, res.stop.value, res.confidence if answered else -1.0, right, known)
 
 
 def known_rates(setting: Setting, failures: list[int], trials: list[int]) -> Any:

@@ -261,29 +261,20 @@ def test_a_rate_that_rises_twice_is_answered_by_its_first_rise() -> None:
 
 
 def _from_prior(n: int, rng: random.Random) -> tuple[dict[str, float], str]:
-    """A truth drawn from the model's prior (what bench/bisect_simulation.py calls "from the
-    prior"): the rates and the answer's name."""
+    """A truth drawn from the model's prior: bench/bisect_simulation.py's "from the prior"
+    (tests/unit/test_bisect_simulation.py holds it to first_rise's prior), as the rates and
+    the answer's name."""
+    import sys
+
     from stress.analysis.changepoint import PRIOR
     from stress.verdicts.bisect import NO_STACK
 
-    def good() -> float:
-        return rng.betavariate(*(PRIOR.wide_good if rng.random() < PRIOR.wide else PRIOR.good))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from bisect_simulation import from_prior
 
+    rates, first = from_prior(PRIOR, n, rng)
     names = [f"n{i:02d}" for i in range(n)]
-    if rng.random() < PRIOR.no_rise:
-        return dict.fromkeys(names, good()), NO_STACK
-    first = rng.choices(range(n), [PRIOR.end_weight] + [1.0] * (n - 1))[0]
-    bad = PRIOR.faint_bad if rng.random() < PRIOR.faint else PRIOR.bad  # one model for all
-    if first == 0:  # the good end bad: one rate throughout
-        return dict.fromkeys(names, rng.betavariate(*bad)), names[0]
-    second = rng.randrange(first + 1, n) if first < n - 1 and rng.random() < \
-        PRIOR.second_rise else n
-    while True:
-        g, b1, b2 = good(), rng.betavariate(*bad), rng.betavariate(*bad)
-        if g + PRIOR.rise <= b1 and (second == n or b1 + PRIOR.rise <= b2):
-            break
-    rates = [g if i < first else b1 if i < second else b2 for i in range(n)]
-    return dict(zip(names, rates, strict=True)), names[first]
+    return dict(zip(names, rates, strict=True)), names[first] if first < n else NO_STACK
 
 
 def test_bisect_is_right_as_often_as_it_says_when_the_truth_is_drawn_from_its_prior() -> None:

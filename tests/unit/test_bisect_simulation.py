@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import sys
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from bisect_simulation import known_rates  # noqa: E402
+from bisect_simulation import from_prior, known_rates  # noqa: E402
+
+from stress.analysis.changepoint import PRIOR, first_rise  # noqa: E402
 
 
 def _lik(f: int, m: int, r: float) -> float:
@@ -42,3 +45,32 @@ def test_two_rises_with_known_rates_sum_over_the_second_rise_uniform_after_the_f
 def test_a_failure_on_a_stack_that_cannot_fail_rules_out_every_rise_after_it() -> None:
     got = known_rates((0.0, 0.5), [0, 0, 1, 1], [3, 3, 1, 2])
     assert got[3] == 0.0 and got[1] + got[2] == pytest.approx(1.0)
+
+
+def test_a_truth_drawn_from_the_prior_is_drawn_from_the_prior_bisect_computes_with() -> None:
+    # with no trial, first_rise's posterior is its prior: where the first rise is, how often
+    # the rate rises twice, and each hypothesis' mean rates (the Beta priors, mixed and
+    # truncated to rising order); the simulation's "from the prior" truths must agree
+    n, runs = 6, 20_000
+    fr = first_rise([0] * n, [0] * n)
+    rng = random.Random(40)
+    firsts = [0] * (n + 1)
+    rates: dict[str, list[float]] = {"good": [], "good end bad": [], "none": []}
+    twice = 0
+    for _ in range(runs):
+        r, first = from_prior(PRIOR, n, rng)
+        firsts[first] += 1
+        twice += 0 < first < n - 1 and r[-1] != r[first]
+        if first == n:
+            rates["none"].append(r[0])
+        elif first == 0:
+            rates["good end bad"].append(r[0])
+        else:
+            rates["good"].append(r[0])
+    assert [x / runs for x in firsts] == pytest.approx(list(fr.posterior), abs=0.012)
+    assert twice / runs == pytest.approx(fr.second_rise(), abs=0.01)
+    inner = fr.joint[1:]
+    want = {"good": float((inner * fr.rate[0][1:]).sum() / inner.sum()),
+            "good end bad": float(fr.rate[1][0, n]), "none": fr.rate_none}
+    got = {k: sum(v) / len(v) for k, v in rates.items()}
+    assert got == pytest.approx(want, abs=0.015), (got, want)
