@@ -30,7 +30,14 @@ from stress.analysis.changepoint import PRIOR, Prior, first_rise
 from stress.analysis.stats import fmt_level
 from stress.errors import UsageError
 from stress.runtimes.listing import Build, BuildKind, version_kind
-from stress.verdicts.bisect import CONFIDENCE, BisectResult, Outcome, bisect, next_stack, render
+from stress.verdicts.bisect import (
+    CONFIDENCE,
+    BisectResult,
+    Stop,
+    bisect,
+    next_stack,
+    render,
+)
 from stress.verdicts.identical import apply, as_group_trials, describe, groups, merged
 from stress.verdicts.trials import Trial
 from stress.vocab import RunStatus
@@ -281,7 +288,8 @@ def history(paths: Sequence[Path], by: By = By.ROCM, confidence: float = CONFIDE
     result = bisect(_NoTrials(), heads, 0, confidence, len(trials), None, trials, prior)
     apply(result, parts)
     h = History(result, runs, skipped)
-    if result.outcome is not Outcome.FOUND:
+    if result.stop is Stop.BUDGET:  # an end, or both, reached the confidence: a bisect
+        #   over the same runs would stop before its first trial
         failures = [r.failures for r in result.rows]
         counts = [r.trials for r in result.rows]
         h.next_stack = heads[next_stack(first_rise(failures, counts, prior))]

@@ -169,6 +169,14 @@ def test_a_good_end_that_fails_like_the_rest_is_inconclusive_and_says_so() -> No
     assert r.trials < 2000 and not r.first_bad
 
 
+def test_two_stacks_at_a_low_confidence_are_not_called_the_same_rate_before_a_trial() -> None:
+    # over two stacks the prior alone puts 55% on "one rate from end to end" (the good end bad
+    # 45%, no stack bad 10%): --confidence 0.55 must still try the stacks, and a fault this
+    # loud is found
+    r = bisect(Stacks({"n0": 0.0, "n1": 0.9}), ["n0", "n1"], seed=0, confidence=0.55)
+    assert r.trials > 0 and r.stop is Stop.CONFIDENT and r.first_bad == "n1", r.reason
+
+
 def test_a_stack_that_cannot_start_its_workers_stops_the_bisection() -> None:
     rates = line(8, 4)
     r = bisect(Stacks(rates, harness={n: "cannot start: no numpy" for n in rates}),

@@ -68,6 +68,18 @@ def test_too_few_runs_say_unsure_and_where_a_trial_would_tell_most(tmp_path: Pat
            f"{NIGHTLIES[-1]} --history RUN...` adds trials only where it is" in res.stdout
 
 
+def test_runs_that_show_no_stack_bad_say_so_without_asking_for_more_trials(
+        tmp_path: Path) -> None:
+    # no nightly fails in 32 runs: "no stack is bad" past 97.5%; a bisect over the same runs
+    # would stop before its first trial, so no "still unsure" line sends the user there
+    nightly_gates(tmp_path / "gates", runs=32, rose_at=len(NIGHTLIES))
+    res = CliRunner().invoke(cli, ["history", str(tmp_path / "gates")])
+    assert res.exit_code == 3, res.output
+    assert res.stdout.startswith(f"HISTORY  inconclusive: the bad end {NIGHTLIES[-1]} fails "
+                                 f"like the stacks before it")
+    assert "still unsure" not in res.stdout
+
+
 def test_bisect_history_counts_the_runs_on_disk_and_adds_trials_only_where_unsure(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import stress.verdicts.compare as compare_mod
