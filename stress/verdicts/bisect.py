@@ -9,7 +9,8 @@ unknown (Beta priors, in order: each rise adds at least the least rise, 10 point
 room for a second rise later (the first is the answer). Every trial on every stack counts,
 the ends too, as evidence, never as gates. The next trial goes to the stack where the expected
 drop of the posterior's entropy is largest (bisectread.expected_entropy); the bisection stops
-when the top stack's posterior reaches the asked confidence (default 97.5%), or when the trial
+when the top stack's posterior reaches the asked confidence (default 97.5%), when the two end
+hypotheses together reach it (one rate from end to end: inconclusive), or when the trial
 budget is spent (then it reports the posterior's top stacks, inconclusive). The confidence
 printed is that posterior; bench/bisect_simulation.py measures whether it is right as often
 as it says.

@@ -109,6 +109,39 @@ def test_each_mixture_of_the_prior_is_the_integral_it_claims_to_be(f: list[int],
         assert np.abs(got - _brute(f, m, prior)).max() < 4e-3, prior  # 160 points, 30% rates
 
 
+def test_each_hypothesis_mean_rates_and_the_evidence_mix_the_two_models_as_claimed() -> None:
+    # the next trial's choice reads each hypothesis' mean rates, the fall reading the evidence:
+    # here by brute force on a grid in the rate, each model's truncated prior weighed by its
+    # weight and by its own evidence for that hypothesis (a faint rise: both models count)
+    f, m = [0, 1, 0, 1, 2, 3], [9] * 6
+    prior, n = changepoint.PRIOR, 6
+    fr = first_rise(f, m, prior)
+    assert fr.log_evidence == pytest.approx(math.log(_brute_weights(f, m, prior).sum()),
+                                            abs=0.01)
+    x = (np.arange(800) + 0.5) / 800
+
+    def dens(ab: tuple[float, float]) -> np.ndarray:
+        return np.asarray(np.exp((ab[0] - 1) * np.log(x) + (ab[1] - 1) * np.log1p(-x)
+                                 - _lbeta(*ab)))
+
+    def lik(a: int, b: int) -> np.ndarray:
+        return np.asarray(x ** sum(f[a:b]) * (1 - x) ** (sum(m[a:b]) - sum(f[a:b])))
+
+    dg = sum(w * dens((a, b)) for w, a, b in prior.goods)
+    order = x[:, None] + prior.rise <= x[None, :]
+    for k in range(1, n):  # one rise at k: (good rate, bad rate) averaged over both models
+        num, den = np.zeros(2), 0.0
+        for w, bad in ((1 - prior.faint, prior.bad), (prior.faint, prior.faint_bad)):
+            both = dg[:, None] * dens(bad)[None, :] * order
+            j = both * (lik(0, k)[:, None] * lik(k, n)[None, :]) * w / both.sum()
+            den += j.sum()
+            num += ((j * x[:, None]).sum(), (j * x[None, :]).sum())
+        got = (fr.rate[0][k, n], fr.rate[1][k, n])
+        assert got == pytest.approx(tuple(num / den), abs=1e-3), k
+    none = lik(0, n) * dg
+    assert fr.rate_none == pytest.approx(float((none * x).sum() / none.sum()), abs=1e-4)
+
+
 def test_the_grid_is_fine_enough(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(3)
     m = rng.integers(0, 40, 20)
