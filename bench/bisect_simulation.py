@@ -33,7 +33,8 @@ the setting never has), not about where the rise is.
 --settings picks settings by their index in SETTINGS (a development aid).
 
 --prior replaces a field of the model's prior (analysis.changepoint.Prior) for a comparison:
-good=A,B, bad=A,B, rise=X, second_rise=X, end_weight=X.
+good=A,B, bad=A,B, rise=X, second_rise=X, end_weight=X, wide=X, wide_good=A,B, no_rise=X,
+faint=X, faint_bad=A,B (faint=0: one model, as before issue 40).
 """
 
 from __future__ import annotations
@@ -286,7 +287,7 @@ def parse_prior(fields: list[str]) -> Prior:
     for item in fields:
         key, _, value = item.partition("=")
         parts = tuple(float(v) for v in value.split(","))
-        changes[key] = parts if key in ("good", "bad") else parts[0]
+        changes[key] = parts if isinstance(getattr(PRIOR, key, None), tuple) else parts[0]
     return dataclasses.replace(PRIOR, **changes)
 
 

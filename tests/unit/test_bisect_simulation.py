@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from bisect_simulation import from_prior, known_rates  # noqa: E402
+from bisect_simulation import from_prior, known_rates, parse_prior  # noqa: E402
 
 from stress.analysis.changepoint import PRIOR, first_rise  # noqa: E402
 
@@ -74,3 +74,9 @@ def test_a_truth_drawn_from_the_prior_is_drawn_from_the_prior_bisect_computes_wi
             "good end bad": float(fr.rate[1][0, n]), "none": fr.rate_none}
     got = {k: sum(v) / len(v) for k, v in rates.items()}
     assert got == pytest.approx(want, abs=0.015), (got, want)
+
+
+def test_every_field_of_the_prior_can_be_replaced_from_the_command_line() -> None:
+    got = parse_prior(["faint_bad=1,8", "wide_good=1,4", "no_rise=0.2", "bad=1,1"])
+    assert (got.faint_bad, got.wide_good, got.no_rise, got.bad) == ((1.0, 8.0), (1.0, 4.0), 0.2,
+                                                                    (1.0, 1.0))
