@@ -58,7 +58,7 @@ from stress.verdicts.bisect import CONFIDENCE, MAX_TRIALS, NO_STACK, Stop, bisec
 from stress.verdicts.trials import Trial  # noqa: E402
 
 Setting = tuple[float, ...]  # (good rate, bad rate[, rate after the second rise]); () = prior
-SAME_RATE: str = "(one rate from end to end)"  # Stop.SAME_RATE's answer: either end hypothesis
+SAME_RATE: str = "(no rise inside the list)"  # Stop.SAME_RATE's answer: either end hypothesis
 FROM_PRIOR: Setting = ()
 SETTINGS: tuple[Setting, ...] = (
     (0.0, 0.5),  # the fusilli case: clean before, half the runs failing after

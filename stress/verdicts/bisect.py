@@ -10,7 +10,7 @@ room for a second rise later (the first is the answer). Every trial on every sta
 the ends too, as evidence, never as gates. The next trial goes to the stack where the expected
 drop of the posterior's entropy is largest (bisectread.expected_entropy); the bisection stops
 when the top stack's posterior reaches the asked confidence (default 97.5%), when the two end
-hypotheses together reach it (one rate from end to end: inconclusive), or when the trial
+hypotheses together reach it (no rise inside the list: inconclusive), or when the trial
 budget is spent (then it reports the posterior's top stacks, inconclusive). The confidence
 printed is that posterior; bench/bisect_simulation.py measures whether it is right as often
 as it says.
@@ -76,8 +76,9 @@ class Stop(enum.Enum):
     CONFIDENT = "confident"  # the top stack reached the asked confidence
     GOOD_END_BAD = "good end bad"  # ... and it is the good end: no change inside the list
     BAD_END_GOOD = "bad end good"  # "no stack is bad" reached it: the bad end fails like the rest
-    SAME_RATE = "same rate"  # the two together reached it: one rate from end to end, neither
-    #   end telling which claim is wrong (a list failing 50% throughout: is 50% good or bad?)
+    SAME_RATE = "same rate"  # the two together reached it: no rise inside the list, neither
+    #   end telling which claim is wrong (a list failing 50% throughout: is 50% good or bad?;
+    #   or a rate that falls: the model has no fall, so its posterior lands here too)
     BUDGET = "budget"  # the trial budget is spent first
     HARNESS = "harness"  # a stack's workers could not start: its trials are not results
 
@@ -288,11 +289,10 @@ def _result(ev: Evidence, fr: FirstRise, stop: Stop, asked: float, budget: int,
                     f"{fmt_rate(g)}) after {r.trials} trials: is --bad really bad?")
     elif stop is Stop.SAME_RATE:
         r.confidence = float(post[0] + post[-1])
-        r.reason = (f"no stack inside the list changes the rate: the good end {names[0]} fails "
-                    f"like the stacks after it and the bad end {names[-1]} like those before "
-                    f"it (posterior {r.confidence:.1%} of one rate from end to end; trials fail "
-                    f"{fmt_rate(fr.rate_none)}) after {r.trials} trials: is --good really good, "
-                    f"and --bad really bad?")
+        r.reason = (f"no stack inside the list raises the rate: the good end {names[0]} is "
+                    f"already bad, or no stack is (posterior {r.confidence:.1%} of the two "
+                    f"together; trials fail {fmt_rate(fr.rate_none)} over the list) after "
+                    f"{r.trials} trials: is --good really good, and --bad really bad?")
     elif stop is Stop.HARNESS:
         rows[names.index(harness[0])].note = "not a result: it could not run (see above)"
         r.reason = f"{harness[1]}; posterior so far: {shown}"

@@ -165,8 +165,25 @@ def test_a_good_end_that_fails_like_the_rest_is_inconclusive_and_says_so() -> No
     # 50% from end to end: the good end bad, or every stack "good" at 50% (a flaky suite):
     # either way no stack inside the list is the change
     assert r.stop in (Stop.GOOD_END_BAD, Stop.SAME_RATE) and r.outcome.exit_code == 3
-    assert "the good end n0 fails like the stacks after it" in r.reason
+    assert ("the good end n0 fails like the stacks after it" in r.reason
+            or "no stack inside the list raises the rate: the good end n0 is already bad, or "
+               "no stack is" in r.reason)
     assert r.trials < 2000 and not r.first_bad
+
+
+def test_a_rate_that_falls_is_never_called_one_rate_from_end_to_end() -> None:
+    # 40% on the first four stacks, 5% on the last four: the model has no fall, so "the good
+    # end bad" and "no stack bad" take the posterior; the reason must not say the rate is
+    # the same throughout when it then says that it falls
+    names = [f"n{i}" for i in range(8)]
+    known = [Trial(n, i, i, i % 5 < 2 if j < 4 else i % 20 == 0)
+             for j, n in enumerate(names) for i in range(20)]
+    r = bisect(Stacks(dict.fromkeys(names, 0.5)), names, seed=0, known=known, max_trials=160)
+    assert r.stop is Stop.SAME_RATE and not r.first_bad
+    assert r.reason.startswith("no stack inside the list raises the rate: the good end n0 is "
+                               "already bad, or no stack is (posterior 99.7% of the two")
+    assert "; the rate falls along the list" in r.reason
+    assert "one rate" not in r.reason and "changes the rate" not in r.reason
 
 
 def test_two_stacks_at_a_low_confidence_are_not_called_the_same_rate_before_a_trial() -> None:
