@@ -369,11 +369,9 @@ def bisect_options(f: F) -> F:
                                                            max_open=True),
                      default=0.975, show_default=True,
                      help="Stop when the top stack's posterior of being the first bad one "
-                          "reaches it. The default prints within 3 points of the share "
-                          "right in every simulated setting; 0.95 takes about an eighth "
-                          "fewer trials, but a clear fault's answer is then right more often "
-                          "than printed and a faint one less (docs/bisect-model.md, 'Other "
-                          "stopping rules')."),
+                          "reaches it. Lower stops sooner, and a faint fault's answer is "
+                          "then right less often than printed; how often the default's "
+                          "answers are right, setting by setting: docs/bisect-peer.md."),
         click.option("--max-trials", type=click.IntRange(1), default=300, show_default=True,
                      help="Trials in all (those on disk included); then inconclusive, with "
                           "the posterior's top stacks."),

@@ -50,15 +50,16 @@ CONFIDENCE: float = 0.975  # stop when the top stack's posterior reaches it (--c
 #   within 3 points of its share right and is right >= 96.4%, for 7-21% more trials (13-16%
 #   at 2% -> 50%) and more runs inconclusive where the fault is faint (2% -> 15% over 64
 #   stacks: 41.8% against 34.1%). bench/results/bisect_frontier.txt, -64.txt, docs/bisect-model.md
+#   (all measured with the prior before issue 40; with today's: bench/results/bisect_peer.txt)
 MAX_TRIALS: int = 300  # the whole bisection's trials, those on disk included: 300 one-minute
 #   soaks are a long night; at 5% vs 40% over 20 stacks 1 bisection in 10 needs more than 183
 #   and 2.8% spend all 300 (bench/results/bisect_simulation.txt: 90th percentiles, stops)
 TOP_SHOWN: int = 5  # stacks listed when the budget ends: the posterior's largest
 TOP_MASS: float = 0.99  # ... or fewer, once they hold this much of it
 FALL_SAID: float = 0.99  # an inconclusive reason says the rate falls along the list when the
-#   counts favour a fall over rises at these odds (99:1; with the --good end untested the
-#   chance sits near 0.9 on no evidence): a fall is no answer to "which stack broke it" (the
-#   model has rises only), but it tells the user what to check (the list's order)
+#   counts favour a fall over rises at these odds (99:1; on no evidence the chance is 0.3-0.5,
+#   weighed by the inner stacks' prior mass, not even): a fall is no answer to "which stack
+#   broke it" (the model has rises only), but it tells the user what to check (the list's order)
 
 
 class Outcome(enum.Enum):
