@@ -302,6 +302,7 @@ def _from_prior(n: int, rng: random.Random) -> tuple[dict[str, float], str]:
     return dict(zip(names, rates, strict=True)), names[first] if first < n else NO_STACK
 
 
+@pytest.mark.slow  # 160 bisections under two models: ~25 s on a loaded 2-core machine
 def test_bisect_is_right_as_often_as_it_says_when_the_truth_is_drawn_from_its_prior() -> None:
     # a small seeded simulation: 8 stacks, stop at 80% so that the wrong answers are many
     # enough to count; the share right must match the mean printed posterior
