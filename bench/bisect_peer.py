@@ -25,7 +25,7 @@ where the rate never rises (falling, flat) every named stack is wrong for bisect
 and the "names the change" column says how often a method named where the falling rate falls.
 
     python bench/bisect_peer.py [--runs 1000] [--candidates 20,64] [--seed 40] [--jobs 2]
-                                [--settings 0,3]
+                                [--settings 0,3] [--prior second_rise=0.3]
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 from _common import header  # noqa: E402
-from bisect_simulation import BINS, TOLERANCE, in_bin  # noqa: E402
+from bisect_simulation import BINS, TOLERANCE, in_bin, parse_prior  # noqa: E402
 
+from stress.analysis.changepoint import PRIOR, Prior  # noqa: E402
 from stress.analysis.stats import wilson  # noqa: E402
 from stress.verdicts.bisect import CONFIDENCE, MAX_TRIALS, Stop, bisect  # noqa: E402
 from stress.verdicts.trials import Trial  # noqa: E402
@@ -140,11 +141,12 @@ class Outcome:
     fall_said: bool = False  # ours: its reason says the rate falls along the list
 
 
-def run_ours(table: list[list[bool]], confidence: float, budget: int) -> Outcome:
+def run_ours(table: list[list[bool]], confidence: float, budget: int,
+             prior: Prior = PRIOR) -> Outcome:
     n = len(table)
     names = [f"s{i:03d}" for i in range(n)]
     res = bisect(FeedRunner(Feed(table), names), names, seed=0, confidence=confidence,
-                 max_trials=budget)
+                 max_trials=budget, prior=prior)
     named = names.index(res.first_bad) if res.stop is Stop.CONFIDENT else -1
     return Outcome(res.trials, named, res.confidence if named >= 0 else -1.0,
                    [(r.failures, r.trials) for r in res.rows], res.stop.value,
@@ -180,16 +182,18 @@ def same_outcomes(table: list[list[bool]], outcomes: list[Outcome]) -> bool:
                for row, (f, m) in zip(table, o.counts, strict=True))
 
 
-def one_run(job: tuple[int, int, int, int, float, int]) -> tuple[int, list[Outcome], bool]:
+def one_run(job: tuple[Any, ...]) -> tuple[int, list[Outcome], bool]:
     """One truth, one table, both methods: (where the rate first changes, their outcomes,
     whether both read the same table). Seeded per run: the output does not depend on how
     runs are spread over processes."""
-    index, n, seed, run, confidence, budget = job
+    index, n, seed, run, confidence, budget = job[:6]
+    prior = job[6] if len(job) > 6 else PRIOR  # --prior: ours under another prior
     setting = SETTINGS[index]
     rng = random.Random(f"{seed}/{n}/{setting.label}/{run}")
     rates, change = setting.truth(n, rng)
     table = draw_table(rates, rng, budget)
-    outcomes = [run_ours(table, confidence, budget), run_bayesect(table, confidence, budget)]
+    outcomes = [run_ours(table, confidence, budget, prior),
+                run_bayesect(table, confidence, budget)]
     return change, outcomes, same_outcomes(table, outcomes)
 
 
@@ -212,10 +216,10 @@ class Tally:
 
 
 def simulate(index: int, n: int, runs: int, seed: int, pool: Any, confidence: float,
-             budget: int) -> tuple[dict[str, Tally], int]:
+             budget: int, prior: Prior = PRIOR) -> tuple[dict[str, Tally], int]:
     """Per method its tally; and the runs whose two methods read the same outcomes."""
     setting = SETTINGS[index]
-    jobs = [(index, n, seed, r, confidence, budget) for r in range(runs)]
+    jobs = [(index, n, seed, r, confidence, budget, prior) for r in range(runs)]
     tallies = {m: Tally() for m in METHODS}
     same = 0
     results = pool.imap(one_run, jobs, chunksize=4) if pool else map(one_run, jobs)
@@ -327,7 +331,11 @@ def main() -> None:
                     "one: the output does not depend on it)")
     ap.add_argument("--settings", default="", help="indices into SETTINGS, comma-separated "
                     "(default: all)")
+    ap.add_argument("--prior", action="append", default=[], metavar="FIELD=VALUE",
+                    help="ours under another prior: a field of analysis.changepoint.Prior "
+                    "(tuples comma-separated), e.g. --prior second_rise=0.3")
     args = ap.parse_args()
+    prior = parse_prior(args.prior)
     try:
         import git_bayesect
     except ImportError:
@@ -338,6 +346,9 @@ def main() -> None:
     print(f"git-bayesect {version('git-bayesect')} ({Path(git_bayesect.__file__).name}): "
           f"Bisector(uniform prior weights, Beta(0.5, 0.5) old and new); only counts are "
           f"measured here (the machine may be shared)")
+    print(f"ours: stress.verdicts.bisect.bisect, prior {prior.describe()}"
+          + (f" (--prior {' '.join(args.prior)}; the shipped default otherwise)"
+             if args.prior else " (the shipped default)"))
     chosen = ([int(i) for i in args.settings.split(",")] if args.settings
               else list(range(len(SETTINGS))))
     import multiprocessing
@@ -351,7 +362,7 @@ def main() -> None:
             table_head(n, args.runs)
             for i in chosen:
                 rows.append((SETTINGS[i], *simulate(i, n, args.runs, args.seed, pool,
-                                                     CONFIDENCE, MAX_TRIALS)))
+                                                     CONFIDENCE, MAX_TRIALS, prior)))
                 table_rows(*rows[-1][:2])
                 print(f"  {n} stacks, {SETTINGS[i].label}: done at "
                       f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
