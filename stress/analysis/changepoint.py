@@ -61,22 +61,22 @@ WIDE_GOOD: tuple[float, tuple[float, float]] = (0.3, (1.0, 3.0))  # ... but not 
 #   5% of 100 runs answered (bench/results/bisect_peer.txt, issue 40's first parts)
 BAD_RATE: tuple[float, float] = (1.0, 2.0)  # of each bad rate: density falling linearly from
 #   0 to 1, mean 1/3: a fault hit in 15% of the soaks is commoner than one hit in every soak
-FAINT: tuple[float, tuple[float, float]] = (0.5, (1.0, 10.0))  # a second model, this weight,
+FAINT: tuple[float, tuple[float, float]] = (0.0, (1.0, 10.0))  # weight of a second model
 #   whose bad rates are all faint (Beta(1, 10), mean 9%), weighed against the first by its
-#   evidence. A loud fault's trials rule it out; where a fault is faint, the first model's bad
-#   rate, pushed up by its prior and by the few failures a bisection sees, made a stack that
-#   passed 15-30 trials look good when it failed 15%: printed 97.8% for answers right 89%
-#   where the rate rises twice (2% -> 15% -> 50%), 94% at 2% -> 15%
+#   evidence; off by default. At 0.5 (with P(second rise) 15%, 300 runs over 20 stacks, seed
+#   4001: bench/results/bisect_peer.txt's second part) it kept 2% -> 15% right as often as
+#   printed (98.3% at 97.8%), but read noise as faint rises: a flat 5% named a stack in 4.7%
+#   of runs, and it cost trials at clear faults (0.91x the peer's at 2% -> 50%), at 5% -> 40%
+#   (1.12x) and on a noisy good side (1.22x), while two rises stayed 9.9 points over
 RISE: float = 0.1  # each rise adds at least 10 points to the chance that a trial fails: a
 #   smaller one is out of reach of a bisection's few hundred trials (telling p from p + d at
 #   one stack takes ~ 10 p (1 - p) / d^2 trials), and without a floor a first rise could hide
 #   anywhere before the real one as a rise too small to see
-SECOND_RISE: float = 0.15  # prior chance that the rate rises a second time after the first:
+SECOND_RISE: float = 0.3  # prior chance that the rate rises a second time after the first:
 #   each point of it costs trials at a clear fault (the stack before the rise must be shown
-#   not to be a faint first rise). With the faint model, at 20 stacks on the tuning seed:
-#   0.3 took 51.1 trials at 2% -> 50% and answered two rises right 99% at 97.8% printed;
-#   0.15 took 47.8 trials, right 95.6%. Without the faint model (0.5, before issue 40): 45.7,
-#   right 89% (printed 97.8%)
+#   not to be a faint first rise), and too little answers a rate that rose twice by its second
+#   rise. 0.5 before issue 40; no setting tried keeps two rises' answers right as often as
+#   printed at a clear fault's cost within 0.85x git-bayesect's (docs/bisect-peer.md)
 END_WEIGHT: float = 1.0  # prior of "the --good end is bad" relative to one stack inside the
 #   list: the user's ends are claims, tested like the rest. The good end bad means one rate
 #   throughout: a rise inside the list is the answer, not a second rise after the good end
