@@ -64,7 +64,7 @@ BAD_RATE: tuple[float, float] = (1.0, 2.0)  # of each bad rate: density falling 
 FAINT: tuple[float, tuple[float, float]] = (0.0, (1.0, 10.0))  # weight of a second model
 #   whose bad rates are all faint (Beta(1, 10), mean 9%), weighed against the first by its
 #   evidence; off by default. At 0.5 (with P(second rise) 15%, 300 runs over 20 stacks, seed
-#   4001: bench/results/bisect_peer.txt's second part) it kept 2% -> 15% right as often as
+#   4001: bench/results/bisect_peer.txt's third part) it kept 2% -> 15% right as often as
 #   printed (98.3% at 97.8%), but read noise as faint rises: a flat 5% named a stack in 4.7%
 #   of runs, and it cost trials at clear faults (0.91x the peer's at 2% -> 50%), at 5% -> 40%
 #   (1.12x) and on a noisy good side (1.22x), while two rises stayed 9.9 points over
