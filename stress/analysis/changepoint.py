@@ -56,9 +56,9 @@ import numpy as np
 GOOD_RATE: tuple[float, float] = (1.0, 20.0)  # Beta(a, b) of the good stacks' failure rate:
 #   mean 5%, P(g > 15%) = 4%: a good stack's background flakes are rare ...
 WIDE_GOOD: tuple[float, tuple[float, float]] = (0.3, (1.0, 3.0))  # ... but not always: with
-#   this weight, Beta(1, 3) (mean 25%). Without it a list whose good stacks fail 20% of their
-#   trials (20% -> 60%) was read as a first rise to 20% just after the last stack tried, and
-#   5% of 100 runs answered (bench/results/bisect_peer.txt, issue 40's first parts)
+#   this weight, Beta(1, 3) (mean 25%). Without it, and with the good end bad allowed a second
+#   rise, good stacks failing 20% (20% -> 60%) were answered in 5% of 100 runs over 20 stacks
+#   (bench/results/bisect_peer.txt's history); now in 75% of 300
 BAD_RATE: tuple[float, float] = (1.0, 2.0)  # of each bad rate: density falling linearly from
 #   0 to 1, mean 1/3: a fault hit in 15% of the soaks is commoner than one hit in every soak
 FAINT: tuple[float, tuple[float, float]] = (0.0, (1.0, 10.0))  # weight of a second model
@@ -82,7 +82,8 @@ END_WEIGHT: float = 1.0  # prior of "the --good end is bad" relative to one stac
 #   throughout: a rise inside the list is the answer, not a second rise after the good end
 NO_RISE: float = 0.1  # prior chance that no stack is bad (the --bad end fails like the good
 #   one), whatever the list's length: at 1 / (n + 1) (before issue 40) a flat 5% over 64
-#   stacks named a stack at 97.5% in 5% of 100 runs
+#   stacks named a stack at 97.5% in 3 of 60 runs (bench/results/bisect_peer.txt's history);
+#   now in 4 of 300
 GRID_POINTS: int = 160  # logit grid of the ordering integral (spacing 0.13): a ratio of two
 #   sums on the same grid; the posterior is within 2e-3 of a 1,024-point grid's where 300
 #   trials make the rates' posteriors narrow (a test checks it), 0.2 points of confidence
