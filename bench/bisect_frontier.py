@@ -17,12 +17,18 @@ integrated out, room for a second rise; top: its largest stack):
 - stop at 97.5%: the same at 97.5%, bisect's default now (called "later stop" in them).
 - plug-in printed: stop when P(top) >= 95% and the plug-in posterior of top is >= 95% too;
   print the plug-in one. The plug-in posterior: one rise, the good and bad rates fixed at P's
-  posterior means (FirstRise.rates), the ends weighted as the prior weighs them; a posterior
-  that no longer averages over the rates the trials still allow.
+  posterior means (FirstRise.rates), the hypotheses weighted as the model's prior weighs them
+  (the good end end_weight against one stack, no stack bad at the prior chance no_rise); a
+  posterior that no longer averages over the rates the trials still allow.
 - plug-in: stop when the plug-in posterior's top reaches 95%; name and print that.
 - one rise printed: stop at 95%; print the posterior within the structure the
   trials favour (one rise unless P(a second rise) >= 50%, then two).
 - one rise: stop when that favoured-structure posterior's top reaches 95%; name and print it.
+Every rule also stops "same rate" as bisect does (Stop.SAME_RATE): when, after at least one
+trial and with no top stop, P(the good end is bad) + P(no stack is bad) reaches its level on
+the posterior it stops on (both P and the plug-in one for plug-in printed); it prints the
+two ends' sum of the posterior it prints. As in bisect_simulation, that stop is an answer
+only in the setting from the prior (right when the good end is bad or no stack is).
 
 Goals (issue 27, as bisect_simulation counts them): answers right >= 95% in every setting
 (but the one from the prior), inconclusive <= 5% in the four original settings, every bin of
@@ -71,11 +77,13 @@ from bisect_simulation import (  # noqa: E402
 from stress.analysis.changepoint import PRIOR, FirstRise, Prior, first_rise  # noqa: E402
 from stress.analysis.stats import wilson  # noqa: E402
 from stress.verdicts.bisect import CONFIDENCE as DEFAULT  # noqa: E402
-from stress.verdicts.bisect import MAX_TRIALS, Evidence, next_stack  # noqa: E402
+from stress.verdicts.bisect import MAX_TRIALS, Evidence, Stop, next_stack  # noqa: E402
 
 CONFIDENCE = 0.95  # the other rules' level
 LATER = 0.975
 CHECKED = 20  # runs per setting checked against the real bisect
+BUDGET = -1  # the stack "named" by a rule that never stopped (the budget ran out first)
+SAME = -2  # ... by a same-rate stop: the good end bad or no stack bad, neither one named
 ALL_BINS: tuple[tuple[float, float], ...] = ((0.0, 0.95), *BINS)  # some rules print below 95%
 
 
@@ -86,10 +94,16 @@ class View:
     post: Any  # the model's posterior, k = 0 .. n (n: no stack is bad)
     plug: Any  # the plug-in posterior (rates at their posterior means, one rise)
     fav: Any  # the posterior within the favoured structure (one rise or two)
+    tried: bool  # a trial seen: bisect's same-rate stop waits for one (the prior alone puts
+    #   55% on the two ends over two stacks)
 
 
 def plug_in(fr: FirstRise, failures: Any, trials: Any, prior: Prior) -> Any:
-    """P(first bad = k), k = 0 .. n, one rise, rates fixed at the posterior means."""
+    """P(first bad = k), k = 0 .. n (n: no stack is bad), one rise, rates fixed at the
+    posterior means, each hypothesis weighted as the model's prior weighs it
+    (changepoint._log_prior, _log_prior_none): the good end end_weight against 1 for each
+    stack inside the list; no stack bad the chance no_rise of the whole (end_weight against
+    1 when no_rise is 0)."""
     g, b = fr.rates()
     g = min(max(g, 1e-6), 1 - 1e-6)
     b = min(max(b, g), 1 - 1e-6)
@@ -103,8 +117,12 @@ def plug_in(fr: FirstRise, failures: Any, trials: Any, prior: Prior) -> Any:
     n = len(f)
     k = np.arange(n + 1)
     log = cg[k] + cb[n] - cb[k]
+    weight = np.ones(n + 1)
+    weight[0] = prior.end_weight
+    weight[n] = (prior.no_rise / (1.0 - prior.no_rise) * weight[:n].sum() if prior.no_rise > 0
+                 else prior.end_weight)
     with np.errstate(divide="ignore"):
-        log[[0, n]] += np.log(prior.end_weight)  # 0: the ends are not hypotheses
+        log += np.log(weight)  # a weight 0: that end is not a hypothesis
     w = np.exp(log - log.max())
     return w / w.sum()
 
@@ -118,36 +136,70 @@ def favoured(fr: FirstRise) -> Any:
     return v / v.sum()
 
 
-Rule = Callable[[View], tuple[int, float] | None]  # (the stack named, printed) when it stops
+Hit = tuple[int, float]  # (the stack named or SAME, printed) when a rule stops
+Rule = Callable[[View], Hit | None]
 
 
-def at(p: Any, level: float) -> tuple[int, float] | None:
+def ends(p: Any) -> float:
+    """P(the good end is bad) + P(no stack is bad): what a same-rate stop reads."""
+    return float(p[0] + p[-1])
+
+
+def at(p: Any, level: float, tried: bool) -> Hit | None:
+    """bisect's stops on posterior p: its top reaching level, else (after a trial) its two
+    ends together."""
     k = int(np.argmax(p))
-    return (k, float(p[k])) if p[k] >= level else None
+    if p[k] >= level:
+        return (k, float(p[k]))
+    return (SAME, ends(p)) if tried and ends(p) >= level else None
 
 
-def both(v: View) -> tuple[int, float] | None:
+def both(v: View) -> Hit | None:
     k = int(np.argmax(v.post))
-    return (k, float(v.plug[k])) if v.post[k] >= CONFIDENCE and v.plug[k] >= CONFIDENCE else None
+    if v.post[k] >= CONFIDENCE and v.plug[k] >= CONFIDENCE:
+        return (k, float(v.plug[k]))
+    if v.tried and ends(v.post) >= CONFIDENCE and ends(v.plug) >= CONFIDENCE:
+        return (SAME, ends(v.plug))
+    return None
 
 
-def printed_fav(v: View) -> tuple[int, float] | None:
-    hit = at(v.post, CONFIDENCE)
-    return (hit[0], float(v.fav[hit[0]])) if hit else None
+def printed_fav(v: View) -> Hit | None:
+    hit = at(v.post, CONFIDENCE, v.tried)
+    if hit is None:
+        return None
+    return (hit[0], ends(v.fav) if hit[0] == SAME else float(v.fav[hit[0]]))
 
 
 RULES: dict[str, Rule] = {
-    f"stop at {100 * CONFIDENCE:g}%": lambda v: at(v.post, CONFIDENCE),
-    f"stop at {100 * LATER:g}%": lambda v: at(v.post, LATER),
+    f"stop at {100 * CONFIDENCE:g}%": lambda v: at(v.post, CONFIDENCE, v.tried),
+    f"stop at {100 * LATER:g}%": lambda v: at(v.post, LATER, v.tried),
     "plug-in printed": both,
-    "plug-in": lambda v: at(v.plug, CONFIDENCE),
+    "plug-in": lambda v: at(v.plug, CONFIDENCE, v.tried),
     "one rise printed": printed_fav,
-    "one rise": lambda v: at(v.fav, CONFIDENCE),
+    "one rise": lambda v: at(v.fav, CONFIDENCE, v.tried),
 }
 
 
+def stop_of(k: int, n: int) -> Stop:
+    """The stop bisect reports when it names k (BUDGET, SAME or 0 .. n) over n stacks."""
+    return (Stop.BUDGET if k == BUDGET else Stop.SAME_RATE if k == SAME
+            else Stop.GOOD_END_BAD if k == 0 else Stop.BAD_END_GOOD if k == n
+            else Stop.CONFIDENT)
+
+
+def answer(setting: Setting, n: int, first: int, k: int,
+           printed: float) -> tuple[float, bool] | None:
+    """(printed, right) when a rule's stop counts as an answer, as bisect_simulation.one_run
+    counts the real bisect's: a stack inside the list always; from the prior the ends and the
+    same-rate stop too (right when the good end is bad or no stack is)."""
+    stop = stop_of(k, n)
+    if stop is Stop.BUDGET or (stop is not Stop.CONFIDENT and setting != FROM_PRIOR):
+        return None
+    return (printed, first in (0, n) if stop is Stop.SAME_RATE else k == first)
+
+
 def trajectory(job: tuple[Setting, int, int, int, Prior]) -> dict[str, tuple[int, int, float]]:
-    """One run: per rule (trials at its stop, the stack named or -1, printed)."""
+    """One run: per rule (trials at its stop, the stack named, SAME or BUDGET, printed)."""
     setting, n, seed, run, prior = job
     rng = random.Random(f"{seed}/{n}/{setting}/{run}")  # bisect_simulation.one_run's
     names = [f"s{i:03d}" for i in range(n)]
@@ -157,7 +209,8 @@ def trajectory(job: tuple[Setting, int, int, int, Prior]) -> dict[str, tuple[int
     out: dict[str, tuple[int, int, float]] = {}
     while True:
         fr = first_rise(ev.failures, ev.trials, prior)
-        v = View(fr.posterior, plug_in(fr, ev.failures, ev.trials, prior), favoured(fr))
+        v = View(fr.posterior, plug_in(fr, ev.failures, ev.trials, prior), favoured(fr),
+                 ev.total > 0)
         for name, rule in RULES.items():
             if name not in out and (hit := rule(v)) is not None:
                 out[name] = (ev.total, hit[0], hit[1])
@@ -167,7 +220,7 @@ def trajectory(job: tuple[Setting, int, int, int, Prior]) -> dict[str, tuple[int
         index = ev.next_index(stack, 0)
         ev.add(runner.run(stack, index, index))
     for name in RULES:
-        out.setdefault(name, (ev.total, -1, -1.0))
+        out.setdefault(name, (ev.total, BUDGET, -1.0))
     return out
 
 
@@ -192,12 +245,10 @@ def check(setting: Setting, n: int, seed: int, prior: Prior, runs: int) -> int:
     for r in range(runs):
         trials, stop, printed, right, _ = one_run((setting, n, seed, r, prior))
         mine, k, shown = trajectory((setting, n, seed, r, prior))[rule]
-        kind = ("budget" if k < 0 else "good end bad" if k == 0 else "bad end good" if k == n
-                else "confident")
-        answered = 1 <= k <= n - 1 or (setting == FROM_PRIOR and k >= 0)
-        same += (trials == mine and stop == kind and (printed < 0) == (not answered)
-                 and (printed < 0 or (abs(printed - shown) < 1e-12
-                                      and right == (k == first_of(setting, n, seed, r, prior)))))
+        got = answer(setting, n, first_of(setting, n, seed, r, prior), k, shown)
+        same += (trials == mine and stop == stop_of(k, n).value
+                 and (printed < 0) == (got is None)
+                 and (got is None or (abs(printed - got[0]) < 1e-12 and right == got[1])))
     return same
 
 
@@ -231,9 +282,8 @@ def main() -> None:
                         t = tallies[name][s]
                         t.runs += 1
                         t.trials.append(trials)
-                        answered = 1 <= k <= n - 1 or (s == FROM_PRIOR and k >= 0)
-                        if answered:
-                            t.answers.append((printed, k == first))
+                        if (got := answer(s, n, first, k, printed)) is not None:
+                            t.answers.append(got)
                 agree += check(s, n, args.seed, PRIOR, min(CHECKED, args.runs))
             print(f"\n# {n} stacks, {args.runs} runs a setting; the rule at bisect's "
                   f"default ({100 * DEFAULT:g}%) reproduces the real bisect (trials, stop, "
