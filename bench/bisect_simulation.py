@@ -121,7 +121,8 @@ def from_prior(prior: Prior, n: int, rng: random.Random) -> tuple[list[float], i
     """A truth drawn from the model's own prior (analysis.changepoint's): no stack bad with
     chance no_rise (one good rate throughout), else the first bad stack (the good end weighted
     end_weight against 1 for each inner stack), one model for every bad rate (the faint one
-    with its weight), a second rise or not (never after the good end: one rate then), the rates
+    with its weight), a second rise or not (never after the good end: one rate then; with it
+    the good rate from its own prior, second_good, where set), the rates
     from their priors until they come out in order with the least rise (the priors truncated
     to that region; the good end bad keeps its rate above a good rate that no stack shows)."""
     def good() -> float:  # the good rate's prior: a mixture, truncated as a whole
@@ -138,8 +139,10 @@ def from_prior(prior: Prior, n: int, rng: random.Random) -> tuple[list[float], i
     second = n
     if 0 < first < n - 1 and rng.random() < prior.second_rise:
         second = rng.randrange(first + 1, n)
+    two_good = prior.second_good if second < n else None  # the good rate's prior then
     while True:
-        g, b1, b2 = good(), rng.betavariate(*bad), rng.betavariate(*bad)
+        g = rng.betavariate(*two_good) if two_good else good()
+        b1, b2 = rng.betavariate(*bad), rng.betavariate(*bad)
         if g + prior.rise <= b1 and (second == n or b1 + prior.rise <= b2):
             break
     return [g if i < first else b1 if i < second else b2 for i in range(n)], first

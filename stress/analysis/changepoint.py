@@ -10,11 +10,11 @@ Stacks 0 .. n-1 in order, f_i of m_i trials failed on stack i. The hypotheses:
   (END_WEIGHT times one inner stack's prior); k = n: no stack is bad (the --bad end fails like
   the good one; prior NO_RISE, whatever n).
 The rates are unknown and integrated out: g ~ Beta(GOOD_RATE) or, with weight WIDE_GOOD,
-a wider Beta; each bad rate ~ Beta(BAD_RATE), independent, then taken in order, each rise at
-least RISE (g + RISE <= b1, b1 + RISE <= b2; the priors truncated to that region and
-renormalised). A second model has every bad rate ~ Beta(FAINT) instead; the posterior is the
-two models' mixture, each weighed by its prior weight times its evidence (a loud fault's
-trials rule the faint model out, a faint fault's keep both). Trials within a segment are
+a wider Beta (where the rate rises twice: Beta(SECOND_GOOD)); each bad rate ~ Beta(BAD_RATE),
+independent, then taken in order, each rise at least RISE (g + RISE <= b1, b1 + RISE <= b2;
+the priors truncated to that region and renormalised). A second model (off by default) has
+every bad rate ~ Beta(FAINT); the posterior is then the two models' mixture, each weighed by
+its prior weight times its evidence. Trials within a segment are
 exchangeable, so a hypothesis' evidence is the product of its segments' Beta-Bernoulli
 marginal likelihoods (closed form: B(a + F, b + P) / B(a, b), a weighed sum of them for the
 good rate's two components), times the posterior chance that the segments' rates come out in
@@ -26,21 +26,14 @@ Cost: n^2 / 2 hypotheses with a second rise, per model. The closed forms cost no
 ordering integral depends on the segments' counts only, so it is computed once per pair of
 tested-stack states (a bisection leaves most stacks untested), and only for pairs whose
 closed-form bound (the chance is <= 1) is within PRUNE_NATS of the best: the rest carry less
-than e^-PRUNE_NATS of the posterior each. A posterior takes a few ms (two models, 160 grid
-points); bench/bisect_peer.py runs thousands of bisections on 2 cores in under an hour.
+than e^-PRUNE_NATS of the posterior each. A posterior takes a few ms.
 
-What limits it (issues 27, 40). The posterior is exact for this model, so where the truth is
-drawn from the prior it is right as often as it prints (tests/unit/test_bisect.py checks it).
-At one fixed setting it need not be: it averages over every rate the trials allow.
-bench/results/bisect_peer.txt measures, beside git-bayesect, how often each setting's answers
-are right against the confidence printed with them, on the prior and off it (a good rate of
-20%, a rise of 5 points, a falling rate, a noisy good side, no change at all). The trade this
-prior makes: a clear fault's answer waits until the stack before the rise is shown not to be a
-faint first rise (a rate that rose twice is answered by its first rise), and a faint fault's
-bad rate is not taken from a few failures (the faint model). Both cost trials at a clear
-fault. The earlier prior (one model, bad ~ Beta(1, 2), P(second rise) 50%, the ends each one
-stack's weight) and its measurements are in this file's history and in
-bench/results/bisect_simulation.txt, bisect_frontier.txt.
+What limits it (issues 27, 40). The posterior is exact for this model: where the truth is
+drawn from the prior it is right as often as it prints (tests/unit/test_bisect.py checks it);
+at one fixed setting it need not be. bench/results/bisect_peer.txt measures that beside
+git-bayesect, on the prior and off it. The trade: a clear fault's answer waits until the stack
+before the rise is shown not to be a faint first rise, which costs trials at every clear fault.
+Earlier priors and their numbers: this file's history, bench/results/bisect_simulation.txt.
 """
 
 from __future__ import annotations
@@ -56,37 +49,32 @@ import numpy as np
 GOOD_RATE: tuple[float, float] = (1.0, 20.0)  # Beta(a, b) of the good stacks' failure rate:
 #   mean 5%, P(g > 15%) = 4%: a good stack's background flakes are rare ...
 WIDE_GOOD: tuple[float, tuple[float, float]] = (0.3, (1.0, 3.0))  # ... but not always: with
-#   this weight, Beta(1, 3) (mean 25%). Without it, and with the good end bad allowed a second
-#   rise, good stacks failing 20% (20% -> 60%) were answered in 5% of 100 runs over 20 stacks
-#   (bench/results/bisect_peer.txt's history); now in 75% of 300
+#   this weight, Beta(1, 3) (mean 25%): without it good stacks failing 20% were answered in 5%
+#   of 100 runs over 20 stacks (bench/results/bisect_peer.txt's history)
 BAD_RATE: tuple[float, float] = (1.0, 2.0)  # of each bad rate: density falling linearly from
 #   0 to 1, mean 1/3: a fault hit in 15% of the soaks is commoner than one hit in every soak
 FAINT: tuple[float, tuple[float, float]] = (0.0, (1.0, 10.0))  # weight of a second model
 #   whose bad rates are all faint (Beta(1, 10), mean 9%), weighed against the first by its
-#   evidence; off by default. At 0.5 (with P(second rise) 15%, 300 runs over 20 stacks, seed
-#   4001: bench/results/bisect_peer.txt's third part) it kept 2% -> 15% right as often as
-#   printed (98.3% at 97.8%), but read noise as faint rises: a flat 5% named a stack in 4.7%
-#   of runs, and it cost trials at clear faults (0.91x the peer's at 2% -> 50%), at 5% -> 40%
-#   (1.12x) and on a noisy good side (1.22x), while two rises stayed 9.9 points over
+#   evidence; off by default. At 0.5 (bench/results/bisect_peer.txt's third part) it kept
+#   2% -> 15% right as often as printed, but a flat 5% named a stack in 4.7% of runs and it
+#   cost trials at clear faults (0.91x the peer's at 2% -> 50%) and elsewhere
 RISE: float = 0.1  # each rise adds at least 10 points to the chance that a trial fails: a
-#   smaller one is out of reach of a bisection's few hundred trials (telling p from p + d at
-#   one stack takes ~ 10 p (1 - p) / d^2 trials), and without a floor a first rise could hide
-#   anywhere before the real one as a rise too small to see
-SECOND_RISE: float = 0.3  # prior chance that the rate rises a second time after the first:
-#   each point of it costs trials at a clear fault (the stack before the rise must be shown
-#   not to be a faint first rise), and too little answers a rate that rose twice by its second
-#   rise. 0.5 before issue 40; no setting tried keeps two rises' answers right as often as
-#   printed at a clear fault's cost within 0.85x git-bayesect's (docs/bisect-peer.md)
+#   smaller one is out of reach of a bisection (telling p from p + d at one stack takes
+#   ~ 10 p (1 - p) / d^2 trials); without a floor a first rise could hide anywhere
+SECOND_RISE: float = 0.2  # prior chance that the rate rises again after the first rise: more
+#   costs trials at each clear fault, less answers a rate that rose twice by its second rise:
+#   no value from 0 to 0.9 meets both goals (bench/results/bisect_peer-second-rise.txt)
+SECOND_GOOD: tuple[float, float] | None = (1.0, 50.0)  # the good rate's prior where the rate
+#   rises twice (None: as with one rise): a faint first rise is looked for where good stacks
+#   fail < ~5%. At 20% a 10-point rise is out of reach (RISE); ruling it out cost 1.7x
+#   git-bayesect's trials. At 2% it weighs two rises as P 0.3 with the one-rise good prior did
 END_WEIGHT: float = 1.0  # prior of "the --good end is bad" relative to one stack inside the
-#   list: the user's ends are claims, tested like the rest. The good end bad means one rate
-#   throughout: a rise inside the list is the answer, not a second rise after the good end
+#   list (the user's ends are claims, tested like the rest): then one rate throughout
 NO_RISE: float = 0.1  # prior chance that no stack is bad (the --bad end fails like the good
 #   one), whatever the list's length: at 1 / (n + 1) (before issue 40) a flat 5% over 64
-#   stacks named a stack at 97.5% in 3 of 60 runs (bench/results/bisect_peer.txt's history);
-#   now in 4 of 300
-GRID_POINTS: int = 160  # logit grid of the ordering integral (spacing 0.13): a ratio of two
-#   sums on the same grid; the posterior is within 2e-3 of a 1,024-point grid's where 300
-#   trials make the rates' posteriors narrow (a test checks it), 0.2 points of confidence
+#   stacks named a stack at 97.5% in 3 of 60 runs (bench/results/bisect_peer.txt's history)
+GRID_POINTS: int = 160  # logit grid of the ordering integral (spacing 0.13): within 2e-3 of a
+#   1,024-point grid's posterior where 300 trials make the rates' posteriors narrow (a test)
 LOGIT_RANGE: tuple[float, float] = (-11.0, 9.0)  # rates 1.7e-5 .. 1 - 1.2e-4
 PRUNE_NATS: float = 30.0  # hypotheses whose bound is this far below the best are dropped
 _FIRST_BATCH: int = 64  # second-rise hypotheses computed before the threshold is known
@@ -108,6 +96,7 @@ class Prior:
     no_rise: float = NO_RISE  # > 0: the prior chance that no stack is bad (0: end_weight's)
     faint: float = FAINT[0]  # weight of a second model whose bad rates are faint: Beta(faint_bad)
     faint_bad: tuple[float, float] = FAINT[1]
+    second_good: tuple[float, float] | None = SECOND_GOOD  # g's prior under two rises
 
     def __post_init__(self) -> None:
         top = 0.45 if self.second_rise > 0 else 1.0  # two rises must fit under 1: past it the
@@ -125,6 +114,10 @@ class Prior:
             return ((1.0, *self.good),)
         return ((1.0 - self.wide, *self.good), (self.wide, *self.wide_good))
 
+    @property
+    def goods2(self) -> tuple[tuple[float, float, float], ...]:  # where the rate rises twice
+        return ((1.0, *self.second_good),) if self.second_good else self.goods
+
     def describe(self) -> str:
         good = f"Beta{self.good}" + (f" ({1 - self.wide:.0%}) or Beta{self.wide_good} "
                                      f"({self.wide:.0%})" if self.wide > 0 else "")
@@ -132,15 +125,17 @@ class Prior:
                                    f"{self.faint_bad} ({self.faint:.0%})" if self.faint > 0 else "")
         none = (f"P(no stack is bad) = {self.no_rise:.0%}" if self.no_rise > 0
                 else f"no stack bad {self.end_weight:g}x a stack")
+        two = f" (the good rate then ~ Beta{self.second_good})" if self.second_good else ""
         return (f"good rate ~ {good}, each bad rate ~ {bad}, in order, each rise >= "
-                f"{self.rise:.0%}; P(a second rise) = {self.second_rise:.0%}; the good end "
-                f"bad {self.end_weight:g}x a stack; {none}")
+                f"{self.rise:.0%}; P(a second rise) = {self.second_rise:.0%}{two}; the good "
+                f"end bad {self.end_weight:g}x a stack; {none}")
 
     def as_dict(self) -> dict[str, Any]:
         return {"good_rate": [[w, f"Beta{(a, b)}"] for w, a, b in self.goods],
                 "bad_rate": [[1 - self.faint, f"Beta{self.bad}"]]
                 + ([[self.faint, f"Beta{self.faint_bad}"]] if self.faint > 0 else []),
                 "least_rise": self.rise, "second_rise": self.second_rise,
+                "second_rise_good_rate": f"Beta{self.second_good}" if self.second_good else None,
                 "end_weight": self.end_weight, "no_stack_bad": self.no_rise or None}
 
 
@@ -363,6 +358,7 @@ def _first_rise(f: Array, m: Array, prior: Prior) -> FirstRise:
     """One model's posterior (first_rise without the mixture)."""
     n = len(f)
     g = _grid(prior.goods, prior.bad, prior.rise, GRID_POINTS)
+    g2 = _grid(prior.goods2, prior.bad, prior.rise, GRID_POINTS)  # g2 is g without second_good
     # Everything but the prior depends on the segments' counts only: hypotheses whose bounds
     # fall between the same two tested stacks share it (a bisection leaves most stacks
     # untested). State t of a bound between stacks = the number of tested stacks before it;
@@ -379,11 +375,13 @@ def _first_rise(f: Array, m: Array, prior: Prior) -> FirstRise:
     f1, p1 = np.where(ok, f1, 0), np.where(ok, p1, 0)
     two = np.arange(last + 2)[None, :] <= last
     tail = _log_marginal(prior.bad, cf[last] - cf, cp[last] - cp)  # [t2]: stacks from t2
-    evidence = np.where(ok, _log_marginal_mix(prior.goods, cf, cp)[:, None]
+    evidence = np.where(ok, np.where(two, _log_marginal_mix(prior.goods2, cf, cp)[:, None],
+                                     _log_marginal_mix(prior.goods, cf, cp)[:, None])
                         + _log_marginal(prior.bad, f1, p1)
                         + np.where(two, np.append(tail, 0.0)[None, :], 0.0)
-                        - np.where(two, g.log_order2, g.log_order1), -np.inf)
-    closed = (np.broadcast_to(_mean_mix(prior.goods, cf, cp)[:, None], f1.shape),
+                        - np.where(two, g2.log_order2, g.log_order1), -np.inf)
+    closed = (np.where(two, _mean_mix(prior.goods2, cf, cp)[:, None],
+                       _mean_mix(prior.goods, cf, cp)[:, None]),
               _mean(prior.bad, f1, p1),
               np.broadcast_to(np.append(_mean(prior.bad, cf[last] - cf, cp[last] - cp),
                                         0.0)[None, :], f1.shape))
@@ -393,7 +391,7 @@ def _first_rise(f: Array, m: Array, prior: Prior) -> FirstRise:
     q = prior.second_rise
     with np.errstate(divide="ignore"):
         bound = evidence + np.where(two, math.log(q) if q > 0 else -np.inf, math.log1p(-q))
-    order = _Ordering(g, cf, cp)
+    order = _Ordering(g, g2, cf, cp)
     order.apply(np.arange(last + 1), None, bound)
     rest = bound[:, :-1].ravel().copy()
     finite = int(np.isfinite(rest).sum())
@@ -458,13 +456,13 @@ class _Ordering:
     product averaged over the middle rate's posterior. Also the ordered posterior mean rates
     (the next trial's chance to fail, which the choice of the next stack needs)."""
 
-    def __init__(self, g: _Grid, cf: Array, cp: Array):
+    def __init__(self, g: _Grid, g2: _Grid, cf: Array, cp: Array):
         self.g = g
         s = len(cf)  # states 0 .. S
         self.u = cf[:, None] * g.log_p + cp[:, None] * g.log_q  # [t, j]: log lik before t
-        e0 = _norm(self.u + g.w_good)
-        self.low = _mass_below(e0, g.below)  # [t1, j]
-        self.low_p = _mass_below(e0 * g.p, g.below)
+        e0, e02 = _norm(self.u + g.w_good), _norm(self.u + g2.w_good)  # one rise, two
+        self.low = (_mass_below(e0, g.below), _mass_below(e02, g.below))  # [t1, j]
+        self.low_p = (_mass_below(e0 * g.p, g.below), _mass_below(e02 * g.p, g.below))
         e2 = _norm(self.u[-1] - self.u + g.w_bad)
         self.high = np.vstack([_mass_above(e2, g.above), np.ones(len(g.p))])  # [t2, j]
         self.high_p = np.vstack([_mass_above(e2 * g.p, g.above), np.zeros(len(g.p))])
@@ -485,14 +483,16 @@ class _Ordering:
             return
         g = self.g
         e1 = _norm(self.u[b] - self.u[a] + g.w_bad)  # the middle rate's posterior on the grid
-        low = self.low[a]
+        one = (b == len(self.u) - 1)[:, None]
+        low = np.where(one, self.low[0][a], self.low[1][a])
         both = e1 * self.high[b]
         chance = np.einsum("hj,hj->h", both, low)
         with np.errstate(divide="ignore", invalid="ignore"):
             self.log_chance[a, b] = np.log(chance)
             self.done[a, b] = True
             r0, r1, r2 = self.rates
-            r0[a, b] = np.einsum("hj,hj->h", both, self.low_p[a]) / chance
+            r0[a, b] = np.einsum("hj,hj->h", both,
+                                 np.where(one, self.low_p[0][a], self.low_p[1][a])) / chance
             r1[a, b] = np.einsum("hj,hj->h", both * g.p, low) / chance
             r2[a, b] = np.einsum("hj,hj,hj->h", e1, low, self.high_p[b]) / chance
         for r in self.rates:

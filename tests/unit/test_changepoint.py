@@ -42,7 +42,8 @@ def _brute_weights(f: list[int], m: list[int], prior: Prior,
                    grid: int = 160) -> np.ndarray:
     """P(counts, first bad = k) for k = 0 .. n-1 and no stack bad (n), by brute force: a
     midpoint grid in the rate itself (not logit), the ordered region as an explicit mask, the
-    priors as densities; the faint model as a second model added with its weight."""
+    priors as densities (the good rate's own where the rate rises twice); the faint model as
+    a second model added with its weight."""
     if prior.faint > 0:
         loud = dataclasses.replace(prior, faint=0.0)
         faint = dataclasses.replace(loud, bad=prior.faint_bad)
@@ -60,11 +61,12 @@ def _brute_weights(f: list[int], m: list[int], prior: Prior,
         return np.asarray(np.exp(k * np.log(x) + (t - k) * np.log1p(-x)))
 
     dg = sum(w * dens((a, b)) for w, a, b in prior.goods)
+    dg2 = sum(w * dens((a, b)) for w, a, b in prior.goods2)
     db, d = dens(prior.bad), prior.rise
     two = x[:, None] + d <= x[None, :]
     three = two[:, :, None] & (x[None, :, None] + d <= x[None, None, :])
     p2 = float((dg[:, None] * db[None, :] * two).sum())
-    p3 = float((dg[:, None, None] * db[None, :, None] * db[None, None, :] * three).sum())
+    p3 = float((dg2[:, None, None] * db[None, :, None] * db[None, None, :] * three).sum())
     w = np.ones(n)
     w[0] = prior.end_weight
     total = w.sum() / (1 - prior.no_rise) if prior.no_rise else w.sum() + prior.end_weight
@@ -76,7 +78,7 @@ def _brute_weights(f: list[int], m: list[int], prior: Prior,
         post[k] += one * (1.0 if k in (0, n - 1) else 1.0 - q) * w[k] / total
         for k2 in range(k + 1, n) if k > 0 else ():  # the good end bad: one rate
             b1, b2 = lik(k, k2) * db, lik(k2, n) * db
-            t = float((g0[:, None, None] * b1[None, :, None] * b2[None, None, :]
+            t = float(((lik(0, k) * dg2)[:, None, None] * b1[None, :, None] * b2[None, None, :]
                        * three).sum()) / p3
             post[k] += t * q / (n - 1 - k) * w[k] / total
     none = prior.no_rise if prior.no_rise else prior.end_weight / total
