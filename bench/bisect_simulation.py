@@ -34,7 +34,9 @@ the setting never has), not about where the rise is.
 
 --prior replaces a field of the model's prior (analysis.changepoint.Prior) for a comparison:
 good=A,B, bad=A,B, rise=X, second_rise=X, end_weight=X, wide=X, wide_good=A,B, no_rise=X,
-faint=X, faint_bad=A,B (faint=0: one model, as before issue 40).
+faint=X, faint_bad=A,B (faint=0: one model, as before issue 40), second_good=A,B or none
+(none: the good rate's prior is the same whether the rate rises once or twice, as before
+f3abd5a).
 """
 
 from __future__ import annotations
@@ -289,6 +291,9 @@ def parse_prior(fields: list[str]) -> Prior:
     changes: dict[str, Any] = {}
     for item in fields:
         key, _, value = item.partition("=")
+        if value.lower() == "none":  # second_good: the one-rise good prior for two rises too
+            changes[key] = None
+            continue
         parts = tuple(float(v) for v in value.split(","))
         changes[key] = parts if isinstance(getattr(PRIOR, key, None), tuple) else parts[0]
     return dataclasses.replace(PRIOR, **changes)

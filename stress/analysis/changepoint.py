@@ -10,23 +10,20 @@ Stacks 0 .. n-1 in order, f_i of m_i trials failed on stack i. The hypotheses:
   (END_WEIGHT times one inner stack's prior); k = n: no stack is bad (the --bad end fails like
   the good one; prior NO_RISE, whatever n).
 The rates are unknown and integrated out: g ~ Beta(GOOD_RATE) or, with weight WIDE_GOOD,
-a wider Beta (where the rate rises twice: Beta(SECOND_GOOD)); each bad rate ~ Beta(BAD_RATE),
-independent, then taken in order, each rise at least RISE (g + RISE <= b1, b1 + RISE <= b2;
-the priors truncated to that region and renormalised). A second model (off by default) has
-every bad rate ~ Beta(FAINT); the posterior is then the two models' mixture, each weighed by
-its prior weight times its evidence. Trials within a segment are
-exchangeable, so a hypothesis' evidence is the product of its segments' Beta-Bernoulli
-marginal likelihoods (closed form: B(a + F, b + P) / B(a, b), a weighed sum of them for the
-good rate's two components), times the posterior chance that the segments' rates come out in
-order, over the prior chance. That chance is the one integral without a closed form: a sum on
-a grid in logit(rate), a ratio of two sums on the same grid (so the grid's error cancels to
-first order). Every trial on every stack enters, the ends too, as ordinary evidence.
+a wider Beta (two rises: Beta(SECOND_GOOD) instead); each bad rate ~ Beta(BAD_RATE), in
+order, each rise at least RISE (the priors truncated to that region and renormalised). A
+second model (off by default) has every bad rate ~ Beta(FAINT); the posterior is then the
+two models' mixture, each weighed by its prior weight times its evidence. A hypothesis'
+evidence is the product of its segments' Beta-Bernoulli marginal likelihoods (closed form:
+B(a + F, b + P) / B(a, b), a weighed sum for the good rate's mixture), times the posterior
+chance that the segments' rates come out in order, over the prior chance: the one integral
+without a closed form, a ratio of two sums on the same grid in logit(rate) (so the grid's
+error cancels to first order). Every trial on every stack, the ends' too, is evidence.
 
 Cost: n^2 / 2 hypotheses with a second rise, per model. The closed forms cost nothing; the
 ordering integral depends on the segments' counts only, so it is computed once per pair of
-tested-stack states (a bisection leaves most stacks untested), and only for pairs whose
-closed-form bound (the chance is <= 1) is within PRUNE_NATS of the best: the rest carry less
-than e^-PRUNE_NATS of the posterior each. A posterior takes a few ms.
+tested-stack states (a bisection leaves most stacks untested), only for pairs whose bound
+(the chance is <= 1) is within PRUNE_NATS of the best. A posterior takes a few ms.
 
 What limits it (issues 27, 40). The posterior is exact for this model: where the truth is
 drawn from the prior it is right as often as it prints (tests/unit/test_bisect.py checks it);
@@ -63,11 +60,11 @@ RISE: float = 0.1  # each rise adds at least 10 points to the chance that a tria
 #   ~ 10 p (1 - p) / d^2 trials); without a floor a first rise could hide anywhere
 SECOND_RISE: float = 0.2  # prior chance that the rate rises again after the first rise: more
 #   costs trials at each clear fault, less answers a rate that rose twice by its second rise:
-#   no value from 0 to 0.9 meets both goals (bench/results/bisect_peer-second-rise.txt)
+#   no value from 0 to 0.9 met both (one good prior: bench/results/bisect_peer-second-rise.txt)
 SECOND_GOOD: tuple[float, float] | None = (1.0, 50.0)  # the good rate's prior where the rate
 #   rises twice (None: as with one rise): a faint first rise is looked for where good stacks
-#   fail < ~5%. At 20% a 10-point rise is out of reach (RISE); ruling it out cost 1.7x
-#   git-bayesect's trials. At 2% it weighs two rises as P 0.3 with the one-rise good prior did
+#   fail < ~5%. At 20% a 10-point rise is out of reach (RISE): ruling it out cost 1.7x the peer's
+#   trials (P 0.3, one good prior). At 2% it weighs two rises as P 0.25 with one good prior
 END_WEIGHT: float = 1.0  # prior of "the --good end is bad" relative to one stack inside the
 #   list (the user's ends are claims, tested like the rest): then one rate throughout
 NO_RISE: float = 0.1  # prior chance that no stack is bad (the --bad end fails like the good
@@ -106,6 +103,8 @@ class Prior:
         for name in ("wide", "no_rise", "faint"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} is a weight in [0, 1), got {getattr(self, name)}")
+        if self.second_good and (len(self.second_good) != 2 or min(self.second_good) <= 0):
+            raise ValueError(f"second_good is Beta(a, b), a, b > 0, got {self.second_good}")
 
     @property
     def goods(self) -> tuple[tuple[float, float, float], ...]:
@@ -125,7 +124,8 @@ class Prior:
                                    f"{self.faint_bad} ({self.faint:.0%})" if self.faint > 0 else "")
         none = (f"P(no stack is bad) = {self.no_rise:.0%}" if self.no_rise > 0
                 else f"no stack bad {self.end_weight:g}x a stack")
-        two = f" (the good rate then ~ Beta{self.second_good})" if self.second_good else ""
+        two = (f" (the good rate then ~ Beta{self.second_good})"
+               if self.second_good and self.second_rise > 0 else "")
         return (f"good rate ~ {good}, each bad rate ~ {bad}, in order, each rise >= "
                 f"{self.rise:.0%}; P(a second rise) = {self.second_rise:.0%}{two}; the good "
                 f"end bad {self.end_weight:g}x a stack; {none}")
@@ -358,7 +358,7 @@ def _first_rise(f: Array, m: Array, prior: Prior) -> FirstRise:
     """One model's posterior (first_rise without the mixture)."""
     n = len(f)
     g = _grid(prior.goods, prior.bad, prior.rise, GRID_POINTS)
-    g2 = _grid(prior.goods2, prior.bad, prior.rise, GRID_POINTS)  # g2 is g without second_good
+    g2 = _grid(prior.goods2, prior.bad, prior.rise, GRID_POINTS)  # two rises' good prior
     # Everything but the prior depends on the segments' counts only: hypotheses whose bounds
     # fall between the same two tested stacks share it (a bisection leaves most stacks
     # untested). State t of a bound between stacks = the number of tested stacks before it;

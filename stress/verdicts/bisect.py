@@ -50,7 +50,7 @@ CONFIDENCE: float = 0.975  # stop when the top stack's posterior reaches it (--c
 #   within 3 points of its share right and is right >= 96.4%, for 7-21% more trials (13-16%
 #   at 2% -> 50%) and more runs inconclusive where the fault is faint (2% -> 15% over 64
 #   stacks: 41.8% against 34.1%). bench/results/bisect_frontier.txt, -64.txt, docs/bisect-model.md
-#   (all measured with the prior before issue 40; with today's: bench/results/bisect_peer.txt)
+#   (all measured with the prior before issue 40; with later ones: bench/results/bisect_peer.txt)
 MAX_TRIALS: int = 300  # the whole bisection's trials, those on disk included: 300 one-minute
 #   soaks are a long night; at 5% vs 40% over 20 stacks 1 bisection in 10 needs more than 183
 #   and 2.8% spend all 300 (bench/results/bisect_simulation.txt: 90th percentiles, stops)

@@ -55,22 +55,25 @@ def test_a_truth_drawn_from_the_prior_is_drawn_from_the_prior_bisect_computes_wi
     fr = first_rise([0] * n, [0] * n)
     rng = random.Random(40)
     firsts = [0] * (n + 1)
-    rates: dict[str, list[float]] = {"good": [], "good end bad": [], "none": []}
+    rates: dict[str, list[float]] = {"good, one rise": [], "good, two rises": [],
+                                     "good end bad": [], "none": []}
     twice = 0
     for _ in range(runs):
         r, first = from_prior(PRIOR, n, rng)
         firsts[first] += 1
-        twice += 0 < first < n - 1 and r[-1] != r[first]
+        two = 0 < first < n - 1 and r[-1] != r[first]
+        twice += two
         if first == n:
             rates["none"].append(r[0])
         elif first == 0:
             rates["good end bad"].append(r[0])
-        else:
-            rates["good"].append(r[0])
+        else:  # the good rate has a prior of its own where the rate rises twice
+            rates["good, two rises" if two else "good, one rise"].append(r[0])
     assert [x / runs for x in firsts] == pytest.approx(list(fr.posterior), abs=0.012)
     assert twice / runs == pytest.approx(fr.second_rise(), abs=0.01)
-    inner = fr.joint[1:]
-    want = {"good": float((inner * fr.rate[0][1:]).sum() / inner.sum()),
+    one, two_ = fr.joint[1:, -1], fr.joint[1:, :-1]
+    want = {"good, one rise": float((one * fr.rate[0][1:, -1]).sum() / one.sum()),
+            "good, two rises": float((two_ * fr.rate[0][1:, :-1]).sum() / two_.sum()),
             "good end bad": float(fr.rate[1][0, n]), "none": fr.rate_none}
     got = {k: sum(v) / len(v) for k, v in rates.items()}
     assert got == pytest.approx(want, abs=0.015), (got, want)
@@ -80,3 +83,8 @@ def test_every_field_of_the_prior_can_be_replaced_from_the_command_line() -> Non
     got = parse_prior(["faint_bad=1,8", "wide_good=1,4", "no_rise=0.2", "bad=1,1"])
     assert (got.faint_bad, got.wide_good, got.no_rise, got.bad) == ((1.0, 8.0), (1.0, 4.0), 0.2,
                                                                     (1.0, 1.0))
+    assert parse_prior(["second_good=1,30"]).second_good == (1.0, 30.0)
+    old = parse_prior(["second_good=none", "second_rise=0.3"])  # the prior before f3abd5a
+    assert old.second_good is None and old.goods2 == old.goods
+    with pytest.raises(ValueError, match="second_good is Beta"):
+        parse_prior(["second_good=0,30"])
