@@ -295,7 +295,8 @@ def parse_prior(fields: list[str]) -> Prior:
             changes[key] = None
             continue
         parts = tuple(float(v) for v in value.split(","))
-        changes[key] = parts if isinstance(getattr(PRIOR, key, None), tuple) else parts[0]
+        pair = {f.name: "tuple" in str(f.type) for f in dataclasses.fields(Prior)}.get(key)
+        changes[key] = parts if pair else parts[0]
     return dataclasses.replace(PRIOR, **changes)
 
 

@@ -58,13 +58,13 @@ FAINT: tuple[float, tuple[float, float]] = (0.0, (1.0, 10.0))  # weight of a sec
 RISE: float = 0.1  # each rise adds at least 10 points to the chance that a trial fails: a
 #   smaller one is out of reach of a bisection (telling p from p + d at one stack takes
 #   ~ 10 p (1 - p) / d^2 trials); without a floor a first rise could hide anywhere
-SECOND_RISE: float = 0.2  # prior chance that the rate rises again after the first rise: more
+SECOND_RISE: float = 0.3  # prior chance that the rate rises again after the first rise: more
 #   costs trials at each clear fault, less answers a rate that rose twice by its second rise:
-#   no value from 0 to 0.9 met both (one good prior: bench/results/bisect_peer-second-rise.txt)
-SECOND_GOOD: tuple[float, float] | None = (1.0, 50.0)  # the good rate's prior where the rate
-#   rises twice (None: as with one rise): a faint first rise is looked for where good stacks
-#   fail < ~5%. At 20% a 10-point rise is out of reach (RISE): ruling it out cost 1.7x the peer's
-#   trials (P 0.3, one good prior). At 2% it weighs two rises as P 0.25 with one good prior
+#   no value from 0 to 0.9 meets both (bench/results/bisect_peer-second-rise.txt)
+SECOND_GOOD: tuple[float, float] | None = None  # the good rate's prior where the rate rises
+#   twice (None: as with one rise). Beta(1, 50) with P 0.2 (bisect_peer.txt parts 6, 7) cut a
+#   20% good side's trials from 1.70x the peer's to 1.20x, but over 64 stacks two rises went
+#   17.8 -> 22.7 points over and a falling rate named a stack in 2.3% of runs (0.3%): not shipped
 END_WEIGHT: float = 1.0  # prior of "the --good end is bad" relative to one stack inside the
 #   list (the user's ends are claims, tested like the rest): then one rate throughout
 NO_RISE: float = 0.1  # prior chance that no stack is bad (the --bad end fails like the good

@@ -276,8 +276,8 @@ def test_a_bad_end_that_fails_like_the_good_ones_is_inconclusive_and_says_so() -
 
 def test_a_rate_that_rises_twice_is_answered_by_its_first_rise() -> None:
     # 2% before n05, 20% from n05, 50% from n10: the first rise is the answer. Not always:
-    # with the shipped prior 27 of 30 seeds name n05, two none, one n04 (before the rise);
-    # with P(second rise) 30% and one good prior (before f3abd5a) 27, two none, one n10;
+    # with the shipped prior 27 of 30 seeds name n05, two none, one n10 (the later step);
+    # with --prior second_good=1,50 --prior second_rise=0.2: 27, two none, one n04;
     # bench/results/bisect_peer.txt measures how often, by setting
     rates = {f"n{i:02d}": 0.02 if i < 5 else 0.2 if i < 10 else 0.5 for i in range(14)}
     named = [bisect(Stacks(rates, seed=s), list(rates), seed=0).first_bad for s in range(12)]

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from bisect_simulation import from_prior, known_rates, parse_prior  # noqa: E402
 
-from stress.analysis.changepoint import PRIOR, first_rise  # noqa: E402
+from stress.analysis.changepoint import PRIOR, Prior, first_rise  # noqa: E402
 
 
 def _lik(f: int, m: int, r: float) -> float:
@@ -47,19 +47,21 @@ def test_a_failure_on_a_stack_that_cannot_fail_rules_out_every_rise_after_it() -
     assert got[3] == 0.0 and got[1] + got[2] == pytest.approx(1.0)
 
 
-def test_a_truth_drawn_from_the_prior_is_drawn_from_the_prior_bisect_computes_with() -> None:
+@pytest.mark.parametrize("prior", [PRIOR, Prior(second_good=(1.0, 50.0), second_rise=0.2)])
+def test_a_truth_drawn_from_the_prior_is_drawn_from_the_prior_bisect_computes_with(
+        prior: Prior) -> None:
     # with no trial, first_rise's posterior is its prior: where the first rise is, how often
     # the rate rises twice, and each hypothesis' mean rates (the Beta priors, mixed and
     # truncated to rising order); the simulation's "from the prior" truths must agree
     n, runs = 6, 20_000
-    fr = first_rise([0] * n, [0] * n)
+    fr = first_rise([0] * n, [0] * n, prior)
     rng = random.Random(40)
     firsts = [0] * (n + 1)
     rates: dict[str, list[float]] = {"good, one rise": [], "good, two rises": [],
                                      "good end bad": [], "none": []}
     twice = 0
     for _ in range(runs):
-        r, first = from_prior(PRIOR, n, rng)
+        r, first = from_prior(prior, n, rng)
         firsts[first] += 1
         two = 0 < first < n - 1 and r[-1] != r[first]
         twice += two

@@ -106,7 +106,8 @@ def test_each_mixture_of_the_prior_is_the_integral_it_claims_to_be(f: list[int],
     # a wide good component, a faint model and a fixed chance of no rise, each off the
     # defaults: the brute force adds them up its own way
     for prior in (Prior(wide=0.4, wide_good=(1.0, 3.0)), Prior(faint=0.6, faint_bad=(1.0, 8.0)),
-                  Prior(no_rise=0.2), Prior(wide=0.3, faint=0.5, no_rise=0.1)):
+                  Prior(no_rise=0.2), Prior(wide=0.3, faint=0.5, no_rise=0.1),
+                  Prior(second_good=(1.0, 50.0), second_rise=0.2)):  # two rises' own good
         got = first_rise(f, m, prior).posterior
         assert np.abs(got - _brute(f, m, prior)).max() < 4e-3, prior  # 160 points, 30% rates
 
