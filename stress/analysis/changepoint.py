@@ -460,9 +460,9 @@ class _Ordering:
         self.g = g
         s = len(cf)  # states 0 .. S
         self.u = cf[:, None] * g.log_p + cp[:, None] * g.log_q  # [t, j]: log lik before t
-        e0, e02 = _norm(self.u + g.w_good), _norm(self.u + g2.w_good)  # one rise, two
-        self.low = (_mass_below(e0, g.below), _mass_below(e02, g.below))  # [t1, j]
-        self.low_p = (_mass_below(e0 * g.p, g.below), _mass_below(e02 * g.p, g.below))
+        low = [(_mass_below(e, g.below), _mass_below(e * g.p, g.below))  # [t1, j]: one rise,
+               for e in (_norm(self.u + x.w_good) for x in ((g,) if g2 is g else (g, g2)))]
+        self.low, self.low_p = zip(low[0], low[-1], strict=True)  # two (once if the same prior)
         e2 = _norm(self.u[-1] - self.u + g.w_bad)
         self.high = np.vstack([_mass_above(e2, g.above), np.ones(len(g.p))])  # [t2, j]
         self.high_p = np.vstack([_mass_above(e2 * g.p, g.above), np.zeros(len(g.p))])
