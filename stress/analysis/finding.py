@@ -108,6 +108,9 @@ class Finding:
         if s.merged:
             out.append(("merged", "; ".join(f"{n} with {what}" for what, n in
                                             s.merged.most_common(3))))
+        if s.unjoined:
+            out.append(("not joined", "; ".join(f"{n} {what}" for what, n in
+                                                s.unjoined.most_common(2))))
         if s.evidence_counted:
             out.append(("sampled", f"{s.evidence_full} with core and full stacks, "
                                    f"{s.evidence_counted} counted only (evidence budget: "

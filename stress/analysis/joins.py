@@ -13,7 +13,8 @@ sampling decides how much is read, never how failures are grouped.
 Where no native stacks were read in its group at all (every core lost, or gdb out of time),
 the crashes keyed on faulthandler's Python frames (from their folders) stand in: a crash only
 counted with the same dump top joins them. A crash with nothing of its kind read keeps its own
-key (the top of its dump, or its last output lines): then there is no mode to join.
+key (the top of its dump, or its last output lines): then there is no mode to join, and the
+modes read of its class, signal and process at other steps are named beside it (`elsewhere`).
 """
 
 from __future__ import annotations
@@ -111,6 +112,20 @@ class Joiner:
         best = max(pool, key=lambda k: (pool[k], k.text()))
         return best, (f"joined the most read of {len(pool)} modes of its {how}: "
                       "which one it was is not known")
+
+
+    def elsewhere(self, row: dict[str, Any], step: str | None) -> list[SignatureKey]:
+        """For an unread crash that joined nothing: the modes read with its class, signal and
+        process at other steps (most read first). Not joined (the step is part of a mode: a
+        crash after the work was done is not one during it), but named, so that the answer
+        says which read mode it may be (the same frames at another moment, e.g. a device
+        collected during a test in one process and at the interpreter's exit in another)."""
+        h = head(row, step)
+        near: Counter[SignatureKey] = Counter()
+        for other, keys in self.read.items():
+            if other[:2] == h[:2] and other[3] == h[3] and other[2] != h[2]:
+                near.update(keys)
+        return sorted(near, key=lambda k: (-near[k], k.text()))
 
 
 def reason(row: dict[str, Any]) -> str:

@@ -122,6 +122,8 @@ class Signature:
     known: KnownFailure | None = None  # matched by the report against --known files
     merged: Counter[str] = field(default_factory=Counter)  # "key text (why)" -> failures
     #   folded in from a shorter or unsymbolized unwind of the same mode
+    unjoined: Counter[str] = field(default_factory=Counter)  # unread crashes that joined no
+    #   mode: why, and the modes read of their class and signal at other steps -> failures
     known_how: str = ""  # how a known-failures entry matched, when not exactly, or why a
     #   `key` entry of the same class, signal and step did not
     evidence_full: int = 0  # crashes with a core read and full stacks (the evidence budget)
@@ -268,7 +270,8 @@ class Signature:
                 "example": self.example, "description": self.describe(),
                 "known": self.known.as_dict() if self.known is not None else None,
                 "evidence": {"full": self.evidence_full, "counted": self.evidence_counted},
-                "merged": dict(self.merged), "known_how": self.known_how or None,
+                "merged": dict(self.merged), "unjoined": dict(self.unjoined),
+                "known_how": self.known_how or None,
                 "phase": self.phase or None, "phase_detail": self.phase_detail or None,
                 "phases": dict(self.phases.most_common()),
                 "threads": self.stuck.most_common(1)[0][0] if self.stuck else None,
@@ -362,6 +365,8 @@ def build(data: RunData) -> list[Signature]:
             fold = None  # (its own mode)
         if fold is not None:
             fold = (fold[0], f"{joins.reason(row)}: {fold[1]}")
+        elsewhere = joiner.elsewhere(row, failing_step(row, stack)) \
+            if unread and fold is None and row["class"] == "crash" else []
         fold = fold or folds.get(key)
         if fold is not None:
             key, why = fold[0], f"{' < '.join(key.frames) or 'no frames'} ({fold[1]})"
@@ -370,6 +375,10 @@ def build(data: RunData) -> list[Signature]:
             s = sigs[key] = Signature(key, display=() if fold else stack.display)
         if fold is not None:
             s.merged[why] += 1
+        if elsewhere:
+            s.unjoined[f"{joins.reason(row)}; nothing of its step read to join; read at "
+                       "another step: " + ", ".join(f"{k.id} ({k.step})"
+                                                    for k in elsewhere[:3])] += 1
         elif not s.display:
             s.display = stack.display
         if row["class"] == "crash":

@@ -240,6 +240,39 @@ def test_a_counted_crash_of_a_step_never_cored_joins_the_one_signature_of_its_gr
     assert "the most read of 2 modes" in str(next(s for s in sigs if s.merged).merged)
 
 
+def test_a_counted_crash_with_nothing_of_its_step_read_names_the_modes_read_at_other_steps(
+        tmp_path: Path) -> None:
+    """A crash at the interpreter's exit, only counted, in a suite whose crashes were read
+    while its tests ran (CI: a device collected after the summary line, 1 of 34 jobs): the
+    step is part of the mode, so it keeps a key of its own, and the answer names the modes
+    read of its class and signal at other steps instead of leaving it unexplained."""
+    def row(i: int, step: str, frames: list[str] | None, signal: str = "SIGSEGV"
+            ) -> dict[str, Any]:
+        r = budget_row(tmp_path, i, frames, f"crash|{signal}|{step}|exec", bool(frames))
+        r["last_step"], r["signal"] = step, signal
+        return r
+
+    rows = [row(0, "run", FULL), row(1, "run", FULL), row(2, "worker-exit", None)]
+    sigs = signatures.build(data(rows))
+    assert len(sigs) == 2
+    read = next(s for s in sigs if s.evidence_full)
+    alone = next(s for s in sigs if s.evidence_counted)
+    assert (read.count, alone.count, read.unjoined) == (2, 1, {})
+    assert alone.unjoined == {"counted without stacks (evidence budget); nothing of its step "
+                              f"read to join; read at another step: {read.id} (run)": 1}
+    lines = dict(report.Finding(alone, None).rows())
+    assert lines["not joined"].startswith("1 counted without stacks") and read.id in \
+        lines["not joined"]
+    assert alone.as_dict()["unjoined"] == alone.unjoined
+    rows[1] = row(3, "worker-exit", FULL)  # its step read once: it joins that mode
+    sigs = signatures.build(data(rows))
+    assert len(sigs) == 2 and all(not s.unjoined for s in sigs)
+    assert next(s for s in sigs if s.evidence_counted).evidence_full == 1
+    rows[1:] = [row(4, "worker-exit", None, "SIGABRT")]  # another signal: nothing to name
+    sigs = signatures.build(data(rows))
+    assert len(sigs) == 2 and all(not s.unjoined for s in sigs)
+
+
 def fh_folder(tmp: Path, name: str) -> str:
     """A failure folder whose only stack is faulthandler's (gdb ran out of time on the core)."""
     d = tmp / name
