@@ -87,6 +87,22 @@ def cpu_artifacts(cache_dir: Path, pytestconfig: pytest.Config) -> dict[str, Pat
 
 
 @pytest.fixture(scope="session")
+def two_faults(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/native/twofaults.c built: `twofaults N` segfaults in fault_reading (N even) or
+    fault_writing (N odd), with symbols."""
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the two-fault program")
+    exe = tmp_path_factory.mktemp("native") / "twofaults"
+    subprocess.run([cc, "-O1", "-g", "-o", str(exe),
+                    str(REPO / "tests" / "native" / "twofaults.c")],
+                   check=True, capture_output=True)
+    return exe
+
+
+@pytest.fixture(scope="session")
 def fault_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/native/libfault.c built as an LD_PRELOAD library (`libfault.so.1`; a byte-identical
     `libfault.so.2` beside it for version-suffix tests). See the C file for its environment."""

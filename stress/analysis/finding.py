@@ -93,6 +93,9 @@ class Finding:
         who = culprit.culprit(s)
         out = [(culprit.label(s) or "", who)] if who else []
         out.append((label, self.frames()))
+        if s.sites and not s.frames:  # no stacks read: where its crashes faulted
+            out.append(("fault site", "; ".join(f"{t} {n}" for t, n in s.sites.most_common(3))
+                        + " (from the cores' notes; stacks not read)"))
         if s.stuck:
             out.append(("threads", s.stuck.most_common(1)[0][0]))
         if s.upstream is not None:

@@ -7,8 +7,11 @@ and step, the process that died (the command, or which child), and for a Python 
 top of faulthandler's dump (`fault_top`, recorded by the engine for every crash). It joins the
 signature of the crashes *read* with the same class, signal, step and process; when several
 such signatures were read, the one whose read crashes had the same dump top, else the one read
-most often (said as such). Socorro groups every crash report the same way, symbolized or not:
-sampling decides how much is read, never how failures are grouped.
+most often (said as such). Before the dump top comes the fault site (`fault_site`: the module
+and function, or offset, of the faulting instruction, from the notes of a core cut at its size
+limit, recorded for every crash whose signal the kernel raised): a crash joins the mode whose
+read crashes faulted where it did. Socorro groups every crash report the same way, symbolized
+or not: sampling decides how much is read, never how failures are grouped.
 
 Where no native stacks were read in its group at all (every core lost, or gdb out of time),
 the crashes keyed on faulthandler's Python frames (from their folders) stand in: a crash only
@@ -63,11 +66,18 @@ def fault_top(row: dict[str, Any]) -> tuple[str, ...]:
     return tuple(x for x in top if isinstance(x, str)) if isinstance(top, list) else ()
 
 
+def fault_site(row: dict[str, Any]) -> str:
+    """The crash's fault site as two crashes share it (`FaultSite.key`), "" unknown."""
+    site = (row.get("evidence") or {}).get("fault_site")
+    return str(site.get("key") or "") if isinstance(site, dict) else ""
+
+
 class Joiner:
     """Which read signature each unread crash joins (module doc)."""
 
     def __init__(self) -> None:
         self.read: dict[Head, Counter[SignatureKey]] = defaultdict(Counter)
+        self.sites: dict[tuple[Head, str], Counter[SignatureKey]] = defaultdict(Counter)
         self.tops: dict[tuple[Head, tuple[str, ...]], Counter[SignatureKey]] = \
             defaultdict(Counter)
         self.python: dict[tuple[Head, tuple[str, ...]], Counter[SignatureKey]] = \
@@ -88,6 +98,8 @@ class Joiner:
         top = fault_top(row)
         if top:
             self.tops[(h, top)][key] += 1
+        if fault_site(row):
+            self.sites[(h, fault_site(row))][key] += 1
 
     def target(self, row: dict[str, Any], step: str | None
                ) -> tuple[SignatureKey, str] | None:
@@ -103,15 +115,21 @@ class Joiner:
             best = max(python, key=lambda k: (python[k], k.text()))
             return best, (f"joined by {how} and the top of its Python dump (no native stacks "
                           "were read in its mode)")
+        site = fault_site(row)
+        by_site = self.sites.get((h, site)) if site else None
+        if by_site and len(by_site) == 1:
+            return next(iter(by_site)), f"joined by {how} and its fault site, {site}"
         by_top = self.tops.get((h, fault_top(row))) if fault_top(row) else None
         if by_top and len(by_top) == 1:
             return next(iter(by_top)), f"joined by {how} and the top of its Python dump"
         if len(read) == 1:
             return next(iter(read)), f"joined by {how}"
-        pool = by_top or read
+        pool = by_site or by_top or read
         best = max(pool, key=lambda k: (pool[k], k.text()))
+        unmatched = f"; its fault site, {site}, is none of theirs" if site and not by_site \
+            and any(s == h for s, _ in self.sites) else ""
         return best, (f"joined the most read of {len(pool)} modes of its {how}: "
-                      "which one it was is not known")
+                      f"which one it was is not known{unmatched}")
 
 
     def elsewhere(self, row: dict[str, Any], step: str | None) -> list[SignatureKey]:
@@ -125,7 +143,16 @@ class Joiner:
         for other, keys in self.read.items():
             if other[:2] == h[:2] and other[3] == h[3] and other[2] != h[2]:
                 near.update(keys)
-        return sorted(near, key=lambda k: (-near[k], k.text()))
+        site = fault_site(row)
+        same = {k for (other, s), keys in self.sites.items() if site and s == site
+                and other[2] != h[2] for k in keys}  # (faulted where it did: named first)
+        return sorted(near, key=lambda k: (k not in same, -near[k], k.text()))
+
+    def same_site(self, row: dict[str, Any], key: SignatureKey) -> bool:
+        """Whether crashes read in mode `key` faulted where unread crash `row` did."""
+        site = fault_site(row)
+        return bool(site) and any(s == site and key in keys
+                                  for (_, s), keys in self.sites.items())
 
 
 def reason(row: dict[str, Any]) -> str:

@@ -122,6 +122,8 @@ class Signature:
     known: KnownFailure | None = None  # matched by the report against --known files
     merged: Counter[str] = field(default_factory=Counter)  # "key text (why)" -> failures
     #   folded in from a shorter or unsymbolized unwind of the same mode
+    sites: Counter[str] = field(default_factory=Counter)  # where its unread crashes faulted
+    #   (their cores' notes: `fault_site`), shown where it has no frames
     unjoined: Counter[str] = field(default_factory=Counter)  # unread crashes that joined no
     #   mode: why, and the modes read of their class and signal at other steps -> failures
     known_how: str = ""  # how a known-failures entry matched, when not exactly, or why a
@@ -271,6 +273,7 @@ class Signature:
                 "known": self.known.as_dict() if self.known is not None else None,
                 "evidence": {"full": self.evidence_full, "counted": self.evidence_counted},
                 "merged": dict(self.merged), "unjoined": dict(self.unjoined),
+                "fault_sites": dict(self.sites.most_common(5)),
                 "known_how": self.known_how or None,
                 "phase": self.phase or None, "phase_detail": self.phase_detail or None,
                 "phases": dict(self.phases.most_common()),
@@ -375,12 +378,17 @@ def build(data: RunData) -> list[Signature]:
             s = sigs[key] = Signature(key, display=() if fold else stack.display)
         if fold is not None:
             s.merged[why] += 1
-        if elsewhere:
-            s.unjoined[f"{joins.reason(row)}; nothing of its step read to join; read at "
-                       "another step: " + ", ".join(f"{k.id} ({k.step})"
-                                                    for k in elsewhere[:3])] += 1
         elif not s.display:
             s.display = stack.display
+        if elsewhere:
+            s.unjoined[f"{joins.reason(row)}; nothing of its step read to join; read at "
+                       "another step: " + ", ".join(
+                           f"{k.id} ({k.step}" + (", the same fault site)"
+                                                  if joiner.same_site(row, k) else ")")
+                           for k in elsewhere[:3])] += 1
+        site = (row.get("evidence") or {}).get("fault_site")
+        if unread and isinstance(site, dict) and site.get("text"):
+            s.sites[str(site["text"])] += 1
         if row["class"] == "crash":
             s.evidence_counted += unread
             s.evidence_full += not unread

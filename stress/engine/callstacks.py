@@ -67,6 +67,8 @@ class Stacks:
     tried: list[str] = field(default_factory=list)  # every tool tried, what it gave or why
     #   it was skipped (stacks.txt says them all)
     died: str | None = None  # the evidence step during which the process died
+    fault_site: dict[str, Any] | None = None  # where it faulted, from its core's notes
+    #   (`postmortem.fault_site`)
 
     def thread(self, tid: int | None) -> ThreadStack | None:
         for t in self.threads:
@@ -95,7 +97,8 @@ class Stacks:
         return {"tool": self.tool.value, "crashed_tid": self.crashed_tid,
                 "signal": procstate.signal_name(self.signal),
                 "crash_frames": self.crash_frames()[:12], "note": self.note or None,
-                "threads": len(self.threads), "core_bytes": self.core_bytes}
+                "threads": len(self.threads), "core_bytes": self.core_bytes,
+                **({"fault_site": self.fault_site} if self.fault_site else {})}
 
     def render(self) -> str:
         """stacks.txt: a header naming the tool and the crashed thread, then the raw text."""

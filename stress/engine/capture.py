@@ -268,11 +268,14 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
                   "cores": h.cores if child is None else child.core_path is not None}
     keep = child.pid if child is not None and full and \
         rec.folders < MAX_FAILURE_FOLDERS else None
+    site = None  # where a crash whose stacks are not read faulted (its core's notes)
+    if child is not None and child.core_path is not None and keep is None:
+        site = postmortem.fault_site(postmortem.read_core_notes(child.core_path))
     if group is not None:
         group.discard(keep=keep)  # every core of its group but the one read (never left)
     if sig is not None and core_dir is not None and (rec.folders >= MAX_FAILURE_FOLDERS or
-                                                     not full):
-        postmortem.discard_core(core_pid, core_dir, shared)  # no folder for its stacks, or counted
+                                                     not full):  # no folder for its stacks,
+        site = postmortem.site_and_discard(core_pid, core_dir, shared) or site  # or counted
     elif sig is not None and core_dir is not None:  # native stacks post mortem (core + gdb, ...)
         reader = h.journal()
         tids = [v.native_tid for v in reader.all_slots()] if reader is not None else []
@@ -300,6 +303,8 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
         top = faulthandler_top(h.tail(h.stderr_path, _DUMP_BYTES)) if child is None else []
         if top:  # known for every crash, read or only counted (signatures join by it)
             facts["fault_top"] = top
+        if site:  # (a crash read: from its core's notes, with its stacks)
+            facts["fault_site"] = site
     facts.update(judged)
     if child is not None:
         facts["child_crash"] = child.as_dict()

@@ -2,7 +2,14 @@
 session, group, name), which thread took the signal and which signal (NT_PRSTATUS), and the files
 it had mapped (NT_FILE). Cheap (the notes come first in the file): read before a core is
 trusted as a process's own (issue 36: in a shared folder, `core` is someone's until proven),
-and the move that makes a core in a shared folder one process's own (`claim`)."""
+and the move that makes a core in a shared folder one process's own (`claim`).
+
+The notes also say where a crash happened without any stack memory: the crashing thread's
+program counter (NT_PRSTATUS), whether the kernel raised the signal for a fault (NT_SIGINFO's
+si_code > 0) and which mapped file holds that address (NT_FILE): its `fault_site`, a module and
+offset as a crash reporter keys a crash it has no symbols for. A core cut at a small size limit
+(the evidence budget's processes: `NOTES_CORE_BYTES`) still holds all of it: the kernel writes
+the headers and notes before any memory."""
 
 from __future__ import annotations
 
@@ -34,6 +41,14 @@ class CoreNotes:
     name: str = ""
     args: str = ""
     files: list[str] = field(default_factory=list)
+    pc: int | None = None  # the crashing thread's program counter
+    si_code: int | None = None  # NT_SIGINFO: > 0 raised by the kernel for a fault; <= 0 sent
+    #   (kill, tgkill: a handler re-raising, abort), where the registers are the sender's
+    si_addr: int | None = None  # the faulting address (SIGSEGV, SIGBUS, SIGILL, SIGFPE)
+    maps: list[tuple[int, int, int, str]] = field(default_factory=list)  # NT_FILE: (start,
+    #   end, file offset in bytes, path) of every file mapping
+    memory: bool = True  # the file holds its memory segments (False: cut at its size limit
+    #   before their end, e.g. a notes-only core)
     whole: bool = True  # the notes segment read in full, NT_PRPSINFO (the pid) among it: a
     #   core still being written may hold only its crashing thread's NT_PRSTATUS so far
 
@@ -45,9 +60,51 @@ class CoreNotes:
                  os.path.basename(f)[:15] == self.name[:15]]
         return named[0] if named else self.files[0] if self.files else None
 
+    def fault_site(self) -> FaultSite | None:
+        """Where the crashing thread faulted: the mapped file holding its program counter and
+        the offset in that file. None when the signal was sent rather than raised by a fault
+        (a handler that re-raised it, such as Python's faulthandler: the registers are then
+        in libc's raise), or the address is in no mapped file (JIT code, an executable IREE
+        loaded into anonymous memory)."""
+        if self.pc is None or self.si_code is None or self.si_code <= 0:
+            return None
+        for start, end, offset, path in self.maps:
+            if start <= self.pc < end:
+                return FaultSite(path, self.pc - start + offset, self.si_addr)
+        return None
 
-_NT_PRSTATUS, _NT_PRPSINFO, _NT_FILE = 1, 3, 0x46494C45
-_PT_NOTE = 4
+
+@dataclass(frozen=True)
+class FaultSite:
+    """A fault's module (path) and offset in that file (`libfault.so.1+0x1149`); `function`
+    when the module's symbol table names it (`stress.engine.elfsyms`)."""
+
+    module: str
+    offset: int
+    addr: int | None = None
+    function: str | None = None
+
+    def key(self) -> str:
+        """What two crashes share when they faulted in one place: the function and module
+        when named (one function faults at several instructions: a copy loop's body or its
+        tail), else the module and offset."""
+        base = os.path.basename(self.module)
+        return f"{self.function} [{base}]" if self.function else f"{base}+{self.offset:#x}"
+
+    def text(self) -> str:
+        base = f"{os.path.basename(self.module)}+{self.offset:#x}"
+        return f"{self.function} ({base})" if self.function else base
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"module": self.module, "offset": self.offset, "function": self.function,
+                "addr": self.addr, "key": self.key(), "text": self.text()}
+
+
+_NT_PRSTATUS, _NT_PRPSINFO, _NT_SIGINFO, _NT_FILE = 1, 3, 0x53494749, 0x46494C45
+_PT_LOAD, _PT_NOTE = 1, 4
+_PR_REG: int = 112  # elf_prstatus's registers, on 64-bit Linux
+_PC_SLOT: dict[int, int] = {62: 16, 183: 32}  # e_machine -> the program counter's index in
+#   them: x86-64's user_regs_struct (rip), aarch64's user_pt_regs (pc)
 
 
 def read_core_notes(path: Path) -> CoreNotes | None:
@@ -60,24 +117,35 @@ def read_core_notes(path: Path) -> CoreNotes | None:
                 return None
             if struct.unpack_from("<H", head, 16)[0] != 4:  # ET_CORE
                 return None
+            machine = struct.unpack_from("<H", head, 18)[0]
             phoff = struct.unpack_from("<Q", head, 0x20)[0]
             phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
             f.seek(phoff)
             table = f.read(phentsize * phnum)
+            size = os.fstat(f.fileno()).st_size
+            note: tuple[int, int] | None = None
+            end = 0  # where its last memory segment ends
             for i in range(phnum):
                 p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", table,
                                                                          i * phentsize)
-                if p_type == _PT_NOTE:
-                    f.seek(p_offset)
-                    want = min(p_filesz, 64 << 20)
-                    data = f.read(want)
-                    return _parse_notes(data, len(data) == want)
+                if p_type == _PT_NOTE and note is None:
+                    note = p_offset, p_filesz
+                elif p_type == _PT_LOAD:
+                    end = max(end, p_offset + p_filesz)
+            if note is None:
+                return None
+            f.seek(note[0])
+            want = min(note[1], 64 << 20)
+            data = f.read(want)
+            notes = _parse_notes(data, len(data) == want, machine)
+            if notes is not None:
+                notes.memory = size >= end
+            return notes
     except (OSError, struct.error):
         return None
-    return None
 
 
-def _parse_notes(data: bytes, whole: bool = True) -> CoreNotes | None:
+def _parse_notes(data: bytes, whole: bool = True, machine: int = 0) -> CoreNotes | None:
     pid: int | None = None
     tids: list[int] = []
     sig, p = 0, 0
@@ -85,10 +153,20 @@ def _parse_notes(data: bytes, whole: bool = True) -> CoreNotes | None:
     while p + 12 <= len(data):
         namesz, descsz, ntype = struct.unpack_from("<III", data, p)
         desc = p + 12 + ((namesz + 3) & ~3)
+        if desc + descsz > len(data):
+            break  # cut short (a core still being written)
         if ntype == _NT_PRSTATUS and descsz >= 36:
             if not tids:
                 sig = struct.unpack_from("<h", data, desc + 12)[0]  # pr_cursig
+                slot = _PC_SLOT.get(machine)
+                if slot is not None and descsz >= _PR_REG + 8 * (slot + 1):
+                    extra["pc"] = struct.unpack_from("<Q", data, desc + _PR_REG + 8 * slot)[0]
             tids.append(struct.unpack_from("<i", data, desc + 32)[0])  # pr_pid
+        elif ntype == _NT_SIGINFO and descsz >= 24 and "si_code" not in extra:
+            signo, _, code = struct.unpack_from("<iii", data, desc)  # the dumping thread's
+            extra["si_code"] = code
+            if signo in _ADDR_SIGNALS and code > 0:
+                extra["si_addr"] = struct.unpack_from("<Q", data, desc + 16)[0]
         elif ntype == _NT_PRPSINFO and descsz >= 28:
             pid = struct.unpack_from("<i", data, desc + 24)[0]  # pr_pid
             if descsz >= 136 and desc + 136 <= len(data):  # pr_pgrp, pr_sid, fname, psargs
@@ -96,7 +174,8 @@ def _parse_notes(data: bytes, whole: bool = True) -> CoreNotes | None:
                 extra["name"] = _cstr(data[desc + 40:desc + 56])
                 extra["args"] = _cstr(data[desc + 56:desc + 136]).strip()
         elif ntype == _NT_FILE and descsz >= 16:
-            extra["files"] = _mapped_files(data[desc:desc + descsz])
+            extra["maps"] = _mappings(data[desc:desc + descsz])
+            extra["files"] = list(dict.fromkeys(m[3] for m in extra["maps"]))
         p = desc + ((descsz + 3) & ~3)
     if not tids:
         return None
@@ -108,12 +187,22 @@ def _cstr(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode(errors="replace")
 
 
-def _mapped_files(desc: bytes) -> list[str]:
-    """NT_FILE: count, page size, count x (start, end, offset), then count names; each
-    file once, in the order of its first mapping."""
-    count = struct.unpack_from("<Q", desc, 0)[0]
+_ADDR_SIGNALS: frozenset[int] = frozenset({4, 7, 8, 11})  # SIGILL, SIGBUS, SIGFPE, SIGSEGV
+
+
+def _mappings(desc: bytes) -> list[tuple[int, int, int, str]]:
+    """NT_FILE: count, page size, count x (start, end, offset in pages), then count names:
+    (start, end, offset in bytes, name) of each."""
+    count, page = struct.unpack_from("<QQ", desc, 0)
+    if 16 + 24 * count > len(desc):
+        return []
     names = desc[16 + 24 * count:].split(b"\0")[:count]
-    return list(dict.fromkeys(n.decode(errors="replace") for n in names if n))
+    out = []
+    for i, name in enumerate(names):
+        start, end, pgoff = struct.unpack_from("<QQQ", desc, 16 + 24 * i)
+        if name:
+            out.append((start, end, pgoff * page, name.decode(errors="replace")))
+    return out
 
 
 # ---- taking a core out of a shared folder ----------------------------------------------

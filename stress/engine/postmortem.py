@@ -15,6 +15,7 @@ The stack types live in `callstacks` (shared with live-hang stacks), the parsers
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import importlib.util
 import os
@@ -25,8 +26,9 @@ import sys
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Any
 
-from stress.engine import kernellog, procstate
+from stress.engine import elfsyms, kernellog, procstate
 from stress.engine.callstacks import Stacks, StackSource, find_gdb, find_pyspy
 from stress.engine.corenotes import CLAIM_WAIT_S, claimed, dumped_since, pattern_collides
 from stress.engine.corenotes import CoreNotes as CoreNotes  # (re-exported: its readers)
@@ -45,6 +47,10 @@ _CORE_LIMIT_BYTES: int = 4 << 30  # measured: a Python + IREE local-task process
 #   107 MiB here; a Python process holding a CUDA context (torch) 901 MiB on the H200. The cap
 #   keeps a runaway heap from filling the run's disk; a truncated core still holds every
 #   thread's registers (the notes come first)
+NOTES_CORE_BYTES: int = 2 << 20  # the core of a process the evidence budget reads no stacks
+#   of: its headers and notes only (measured: 13 KiB of program headers and 29 KiB of notes for
+#   a Python + IREE local-task process here; a GPU process maps and runs more), enough for its
+#   fault site (`fault_site`) at the cost of writing 2 MiB
 NATIVE_STACKS_TIMEOUT_S: float = 30.0  # measured: gdb + py-spy read the 107 MiB core in 0.7 s
 #   here, cuda-gdb + py-spy the 901 MiB CUDA one in 9.4 s on the H200; 3x that for a loaded box
 _LOAD_SCALE_MAX: float = 4.0  # a post mortem's budget grows with the host's load, up to this
@@ -269,29 +275,57 @@ def claim_cores(pid: int, cwd: Path, claim_dir: Path
 
 
 def discard_core(pid: int, cwd: Path, claim_dir: Path | None = None) -> Path | None:
-    """Delete the core of dead process `pid` without reading it (past the evidence-folder
-    cap, or a worker that died while being killed): its path, or None when there was none.
-    Never waits for a pipe handler; never touches another process's core (`claim_dir`: a
-    shared `cwd`, see `find_core`)."""
+    """Delete the core of dead process `pid` without reading its stacks (past the
+    evidence-folder cap, or a worker that died while being killed): its path, or None when
+    there was none. Never waits for a pipe handler; never touches another process's core
+    (`claim_dir`: a shared `cwd`, see `find_core`)."""
+    got = _own_core(pid, cwd, claim_dir)
+    if got is None:
+        return None
+    try:
+        os.unlink(got[0])
+    except OSError:
+        return None
+    return got[0]
+
+
+def site_and_discard(pid: int, cwd: Path, claim_dir: Path | None = None
+                     ) -> dict[str, Any] | None:
+    """`discard_core`, the core's fault site read first (`fault_site`): what is known of a
+    crash the evidence budget only counts, from the notes of a core cut at
+    `NOTES_CORE_BYTES`. None when there was no core or it names no site."""
+    got = _own_core(pid, cwd, claim_dir)
+    if got is None:
+        return None
+    try:
+        os.unlink(got[0])
+    except OSError:
+        pass
+    return fault_site(got[1])
+
+
+def fault_site(notes: CoreNotes | None) -> dict[str, Any] | None:
+    """The fault site of a core's notes (`CoreNotes.fault_site`) with its function named by
+    the module's own symbol table where it has one (`elfsyms`), as failure facts; None when
+    the signal was sent, not raised by a fault, or the address is in no mapped file."""
+    site = notes.fault_site() if notes is not None else None
+    if site is None:
+        return None
+    return dataclasses.replace(site, function=elfsyms.function_at(site.module, site.offset)
+                               ).as_dict()
+
+
+def _own_core(pid: int, cwd: Path, claim_dir: Path | None) -> tuple[Path, CoreNotes] | None:
+    """The core of dead process `pid` and its notes, without waiting (see `discard_core`)."""
     if claim_dir is not None:
-        core, _, _ = find_core(pid, cwd, 0.0, claim_dir)
-        if core is None:
-            return None
-        try:
-            os.unlink(core)
-        except OSError:
-            return None
-        return core
+        core, notes, _ = find_core(pid, cwd, 0.0, claim_dir)
+        return (core, notes) if core is not None and notes is not None else None
     pattern, uses_pid = read_core_pattern()
     for g in core_globs(pattern, pid, cwd, uses_pid=uses_pid):
         for hit in glob.glob(g):
             notes = read_core_notes(Path(hit))
             if notes is not None and notes.pid == pid:
-                try:
-                    os.unlink(hit)
-                except OSError:
-                    return None
-                return Path(hit)
+                return Path(hit), notes
     return None
 
 
@@ -365,8 +399,13 @@ def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
     signum = notes.signal if notes else None
     core_bytes = _size(core) if core is not None else None
     result: Stacks | None = None
+    written = _allocated(core) if core is not None else 0
+    cut = notes is not None and not notes.memory and 0 < written <= NOTES_CORE_BYTES
+    if cut:
+        notes_text.append(f"its core holds its notes only (cut at {written} bytes written: "
+                          "the evidence budget's size limit), no stack memory")
     try:
-        if core is not None:
+        if core is not None and not cut:
             result = _read_core(core, exe, crashed, left, notes_text)
         if result is None:
             result = _from_kernel_log(pid, tids, crashed, since_wall, notes_text)
@@ -388,8 +427,18 @@ def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
     result.signal = signum if signum else result.signal
     result.core = core if keep else None
     result.core_bytes = core_bytes
+    result.fault_site = fault_site(notes)
     result.note = "; ".join(notes_text)
     return result
+
+
+def _allocated(path: Path) -> int:
+    """Bytes a core file holds on disk (a core cut at its limit is sparse: the kernel skips
+    to where its memory would start, so its size says more than was written)."""
+    try:
+        return path.stat().st_blocks * 512
+    except OSError:
+        return 0
 
 
 def _size(path: Path) -> int | None:

@@ -18,6 +18,7 @@ from typing import Any
 from stress.engine import evidence, mismatch, postmortem
 from stress.engine.attribution import Attribution
 from stress.engine.config import SoakConfig
+from stress.engine.corenotes import pattern_collides
 from stress.engine.jobs import Job
 from stress.engine.observer import Outcome
 from stress.engine.progress import Progress
@@ -25,7 +26,7 @@ from stress.engine.records import Records
 from stress.engine.tally import RunTally
 from stress.engine.workermanage import WorkerHandle
 from stress.fs import atomic_write
-from stress.vocab import FailureClass, signal_name
+from stress.vocab import Engine, FailureClass, signal_name
 
 MAX_FAILURE_FOLDERS: int = 200  # crash/hang folders per run; errors take none
 MAX_MISCOMPARE_FOLDERS: int = 50  # miscompare folders per run, one per program at most: its
@@ -63,15 +64,31 @@ def evidence_key(cls: FailureClass, sig: str | None, step: str | None,
     return f"{cls.value}|{sig or ''}|{step or ''}|{pattern or ''}"
 
 
-def no_cores(pid: int) -> bool:
-    """Turns core dumps off for process `pid` (the evidence budget's processes that need
-    none): its soft RLIMIT_CORE to 0, the hard limit left as it is, so that a hang's kill can
-    raise it again (corekill.dump). Called at launch and again at the worker's hello: the
-    worker's own prepare_child raises the soft limit when it starts. Returns whether it may
-    still dump a core (True when the limit could not be changed)."""
+def notes_cores(cfg: SoakConfig) -> bool:
+    """Whether the budget's processes may dump notes-only cores (`no_cores`): not where the
+    copies of an exec command share a folder under a core_pattern that names no pid, where
+    every crash's `core` would replace the one a sampled crash is about to have read."""
+    pattern, uses_pid = postmortem.read_core_pattern()
+    return not (Engine.of(cfg.engine) is Engine.EXEC and cfg.workers > 1 and
+                pattern_collides(pattern, uses_pid))
+
+
+def no_cores(pid: int, notes: bool = True) -> bool:
+    """Turns full core dumps off for process `pid` (the evidence budget's processes that need
+    none): its soft RLIMIT_CORE to `postmortem.NOTES_CORE_BYTES` where core_pattern writes
+    files (the core is cut after its notes: a crash's fault site for a few milliseconds), else
+    0 (a |pipe handler is given the whole core whatever the limit); the hard limit left as it
+    is, so that a hang's kill can raise it again (corekill.dump). Called at launch and again at
+    the worker's hello: the worker's own prepare_child raises the soft limit when it starts.
+    `notes`: False turns cores off altogether (`notes_cores`). Returns whether it may still
+    dump a full core (True when the limit could not be changed)."""
     try:
         _, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
-        resource.prlimit(pid, resource.RLIMIT_CORE, (0, hard))
+        cut = postmortem.NOTES_CORE_BYTES
+        pipe = postmortem.read_core_pattern()[0].startswith("|")
+        soft = cut if notes and not pipe and (hard == resource.RLIM_INFINITY or hard >= cut) \
+            else 0
+        resource.prlimit(pid, resource.RLIMIT_CORE, (soft, hard))
         return False
     except (OSError, ValueError):
         return True
@@ -98,6 +115,7 @@ class Recorder:
         self.folders = 0  # evidence folders written (crashes and hangs only)
         self.miscompared: set[str] = set()  # programs whose miscompare has a folder
         self.evidence_seen: Counter[str] = Counter()  # cored crashes per mode (the budget)
+        self.notes_cores = notes_cores(config)  # its other processes dump their notes
         self.core_launches = 0  # processes started once every mode had its evidence
         self.pending: list[PendingCrash] = []  # stacks still being read
         self.batch_exits: Counter[int] = Counter()  # exit-family waves: processes ended

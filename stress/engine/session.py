@@ -149,7 +149,7 @@ class Session:
         h = self.pool.launch(spec, exit_job)
         h.facts_worker = spec.facts
         if not self.recorder.cores_wanted():
-            h.cores = no_cores(h.pid)
+            h.cores = no_cores(h.pid, self.recorder.notes_cores)
         if not ephemeral and self.cfg.max_jobs_per_worker is not None:
             h.job_limit = self.pool.job_limit(self.cfg.max_jobs_per_worker, self.cfg.workers)
         h.db_row = self.store.add_worker(self.run_id, wid, gen, h.pid)
@@ -179,7 +179,7 @@ class Session:
         h.facts = payload
         h.hello_at = time.monotonic()
         if not h.cores:  # its start-up (prepare_child) raised the core limit again
-            no_cores(h.pid)
+            no_cores(h.pid, self.recorder.notes_cores)
         if self.tally.soak_started is None:
             self.tally.soak_started = h.hello_at  # the worker takes its first job now
         if not self.facts and "iree_runtime" in payload:

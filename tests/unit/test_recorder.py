@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from stress.engine import recorder as recorder_mod
 from tests.helpers.engine import recorder
 
@@ -72,3 +74,40 @@ def test_cores_stay_on_until_every_crash_mode_seen_has_its_budget_then_one_in_ei
     assert rec.cores_wanted()  # b has less than its budget
     rec.evidence_seen["b"] = 2
     assert [rec.cores_wanted() for _ in range(16)].count(True) == 2
+
+
+def test_the_budget_s_processes_dump_their_notes_only_unless_copies_share_a_core_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the budget a process may dump a core cut after its notes (its fault site), but
+    never where copies of a command share a folder under a pattern without its pid (each
+    `core` would replace the one a sampled crash is about to have read), nor to a |pipe
+    (which is given the whole core whatever the limit)."""
+    import resource
+    import subprocess
+    import sys
+
+    from stress.engine import postmortem
+    from tests.helpers.engine import soak_config
+
+    def limit_after(notes: bool, pattern: str) -> int:
+        monkeypatch.setattr(postmortem, "read_core_pattern", lambda: (pattern, False))
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            assert recorder_mod.no_cores(proc.pid, notes) is False
+            return resource.prlimit(proc.pid, resource.RLIMIT_CORE)[0]
+        finally:
+            proc.kill()
+            proc.wait()
+
+    hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+    if hard != resource.RLIM_INFINITY and hard < postmortem.NOTES_CORE_BYTES:
+        pytest.skip("the hard core limit here is below a notes-only core")
+    assert limit_after(True, "core") == postmortem.NOTES_CORE_BYTES
+    assert limit_after(False, "core") == 0
+    assert limit_after(True, "|/usr/lib/systemd/systemd-coredump %P") == 0
+    for pattern, engine, workers, notes in [("core", "exec", 2, False), ("core", "exec", 1, True),
+                                            ("core.%p", "exec", 2, True),
+                                            ("core", "python", 2, True)]:
+        monkeypatch.setattr(postmortem, "read_core_pattern", lambda p=pattern: (p, False))
+        cfg = soak_config(tmp_path, engine=engine, workers=workers)
+        assert recorder_mod.notes_cores(cfg) is notes, (pattern, engine, workers)

@@ -240,6 +240,43 @@ def test_a_counted_crash_of_a_step_never_cored_joins_the_one_signature_of_its_gr
     assert "the most read of 2 modes" in str(next(s for s in sigs if s.merged).merged)
 
 
+def test_counted_crashes_join_the_mode_read_where_they_faulted_whatever_is_read_most(
+        tmp_path: Path) -> None:
+    """Two modes at one step, no Python dump: a counted crash's fault site (its notes-only
+    core) picks the mode whose read crashes faulted there, not the one read most; a site none
+    of them had joins the most read, and says its site matched none."""
+    def site(fn: str) -> dict[str, Any]:
+        return {"module": "/x/libx.so", "offset": 16, "function": fn, "key": f"{fn} [libx.so]",
+                "text": f"{fn} (libx.so+0x10)"}
+
+    key = "crash|SIGSEGV|device-release|per-call"
+    rows = [budget_row(tmp_path, 0, FULL, key, True), budget_row(tmp_path, 1, OTHER, key, True),
+            budget_row(tmp_path, 2, OTHER, key, True)]
+    for r, fn in zip(rows, ["pthread_join", "iree_task_worker_main", "iree_task_worker_main"],
+                     strict=True):
+        r["evidence"]["fault_site"] = site(fn)
+    rows += [budget_row(tmp_path, i, None, key, False) for i in (3, 4, 5)]
+    for r in rows[3:]:
+        r["evidence"]["fault_site"] = site("pthread_join")
+    sigs = signatures.build(data(rows))
+    join = next(s for s in sigs if s.frames[0] == "pthread_join")
+    assert (join.count, join.evidence_counted) == (4, 3), [(s.key.text(), s.count) for s in sigs]
+    assert next(iter(join.merged)).endswith("joined by class, signal and step and its fault "
+                                            "site, pthread_join [libx.so])")
+    rows[5]["evidence"]["fault_site"] = site("memcpy")  # faulted where no read crash did
+    sigs = signatures.build(data(rows))
+    most = next(s for s in sigs if s.frames[0] != "pthread_join")
+    assert most.count == 3 and "its fault site, memcpy [libx.so], is none of theirs" in \
+        next(iter(most.merged))
+    alone = [budget_row(tmp_path, 6, None, "crash|SIGSEGV|worker-exit|exit-clean", False)]
+    alone[0]["last_step"] = "worker-exit"
+    alone[0]["evidence"]["fault_site"] = site("memcpy")
+    sigs = signatures.build(data(alone))  # nothing read at all: its site is its evidence
+    lines = dict(report.Finding(sigs[0], None).rows())
+    assert lines["fault site"] == "memcpy (libx.so+0x10) 1 (from the cores' notes; stacks " \
+        "not read)"
+
+
 def test_a_counted_crash_with_nothing_of_its_step_read_names_the_modes_read_at_other_steps(
         tmp_path: Path) -> None:
     """A crash at the interpreter's exit, only counted, in a suite whose crashes were read
@@ -308,3 +345,20 @@ def test_without_any_native_stack_counted_crashes_join_the_python_stacks_of_thei
     assert len(sigs) == 1 and sigs[0].count == 5, [(s.key.text(), s.count) for s in sigs]
     assert sigs[0].frames[0] == "_callTestMethod [case.py]"
     assert "no native stacks were read in its mode" in next(iter(sigs[0].merged))
+
+
+def test_a_mode_shows_the_stack_of_a_crash_read_even_when_a_joined_one_came_first(
+        tmp_path: Path) -> None:
+    """The first crash of a run lost its core (another copy's overwrote it) and joined the
+    mode read by its dump top: the mode still shows the native stack read, not that crash's
+    Python frames (a slow test saw `test_x (test_suite.py) < pytest_pyfunc_call ...`)."""
+    top = ["Fatal Python error: Segmentation fault", "_callTestMethod [case.py]", "run [case.py]"]
+    key = "crash|SIGSEGV|device-release|per-call"
+    lost = crash_row(0, fh_folder(tmp_path, "lost"))
+    lost["evidence"] = {"evidence_budget": {"key": key, "full": True}, "fault_top": top,
+                        "note": "core overwritten by another process"}
+    rows = [lost, budget_row(tmp_path, 1, FULL, key, True, top),
+            budget_row(tmp_path, 2, None, key, False, top)]
+    sigs = signatures.build(data(rows))
+    assert len(sigs) == 1 and sigs[0].count == 3
+    assert sigs[0].display[0].startswith("pthread_join"), sigs[0].display
