@@ -279,14 +279,8 @@ def discard_core(pid: int, cwd: Path, claim_dir: Path | None = None) -> Path | N
     evidence-folder cap, or a worker that died while being killed): its path, or None when
     there was none. Never waits for a pipe handler; never touches another process's core
     (`claim_dir`: a shared `cwd`, see `find_core`)."""
-    got = _own_core(pid, cwd, claim_dir)
-    if got is None:
-        return None
-    try:
-        os.unlink(got[0])
-    except OSError:
-        return None
-    return got[0]
+    got = _take_core(pid, cwd, claim_dir)
+    return got[0] if got is not None else None
 
 
 def site_and_discard(pid: int, cwd: Path, claim_dir: Path | None = None
@@ -294,14 +288,20 @@ def site_and_discard(pid: int, cwd: Path, claim_dir: Path | None = None
     """`discard_core`, the core's fault site read first (`fault_site`): what is known of a
     crash the evidence budget only counts, from the notes of a core cut at
     `NOTES_CORE_BYTES`. None when there was no core or it names no site."""
+    got = _take_core(pid, cwd, claim_dir)
+    return fault_site(got[1]) if got is not None else None
+
+
+def _take_core(pid: int, cwd: Path, claim_dir: Path | None) -> tuple[Path, CoreNotes] | None:
+    """The core of dead process `pid` and its notes, deleted (None: none, or not deleted)."""
     got = _own_core(pid, cwd, claim_dir)
     if got is None:
         return None
     try:
         os.unlink(got[0])
     except OSError:
-        pass
-    return fault_site(got[1])
+        return None
+    return got
 
 
 def fault_site(notes: CoreNotes | None) -> dict[str, Any] | None:
