@@ -8,6 +8,9 @@ same exit-clean soak, the fault library (tests/native/libfault.c) preloaded in a
   budget     IREE_FAULT_EXIT=segv with p = 0.5, the default --evidence-budget (full evidence
              for the first N crashes of a mode, then every N*2^k-th; the rest counted)
   unbudgeted the same storm with --evidence-budget 0 (every crash's core read: the old way)
+  no-notes   the budget arm with IREE_STRESS_NOTES_CORES=0: the processes past the budget dump
+             no core at all, where `budget` has them dump a notes-only core (2 MiB: the counted
+             crashes' fault sites); budget/no-notes is what the fault sites cost
 
 Rounds are interleaved (the order rotates) and medians compared: target budget/clean >= 0.8.
 
@@ -18,6 +21,7 @@ Rounds are interleaved (the order rotates) and medians compared: target budget/c
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -25,6 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_target_args, build_fault_lib, header, soak, soak_target  # noqa: E402
+
+from stress.engine.recorder import NOTES_CORES_ENV  # noqa: E402
 
 TARGET_RATIO: float = 0.8  # issue 24: budgeted storm >= 0.8x the clean soak's exits per second
 PROGRAMS: str = "binary.add.f32.3x5x7+3x5x7"  # the smallest program: the bench measures exits
@@ -39,10 +45,16 @@ def arm(name: str, args: argparse.Namespace, lib: Path, folder: Path,
         extra += ["--env", "IREE_FAULT_EXIT=segv", "--env", "IREE_FAULT_EXIT_PROB=0.5"]
     if name == "unbudgeted":
         extra += ["--evidence-budget", "0"]
-    s = soak(*soak_target(args), "--patterns", "exit-clean", "--programs", PROGRAMS,
-             "--duration", f"{args.duration}s", "--workers", str(args.workers),
-             "--max-worker-restarts", "100000", "--results", str(folder / f"{name}-{n}"),
-             *extra, timeout=args.duration * 4 + 300)
+    os.environ.pop(NOTES_CORES_ENV, None)
+    if name == "no-notes":
+        os.environ[NOTES_CORES_ENV] = "0"  # (read by the soak's own process)
+    try:
+        s = soak(*soak_target(args), "--patterns", "exit-clean", "--programs", PROGRAMS,
+                 "--duration", f"{args.duration}s", "--workers", str(args.workers),
+                 "--max-worker-restarts", "100000", "--results", str(folder / f"{name}-{n}"),
+                 *extra, timeout=args.duration * 4 + 300)
+    finally:
+        os.environ.pop(NOTES_CORES_ENV, None)
     exits = s["exposures"]["process_exits"]
     span = s["duration_s"] or 1.0
     crashes = s["failures"].get("crash", 0)
@@ -58,13 +70,13 @@ def main() -> int:
     add_target_args(ap)
     args = ap.parse_args()
     header()
-    arms = ("clean", "budget", "unbudgeted")
+    arms = ("clean", "budget", "unbudgeted", "no-notes")
     rates: dict[str, list[float]] = {a: [] for a in arms}
     with tempfile.TemporaryDirectory(prefix="evidence-budget-") as tmp:
         folder = Path(tmp)
         lib = build_fault_lib(folder)
         for r in range(args.rounds):
-            order = arms[r % 3:] + arms[:r % 3]
+            order = arms[r % len(arms):] + arms[:r % len(arms)]
             for name in order:
                 exits_s, jobs_s, crashes, cores = arm(name, args, lib, folder, r)
                 rates[name].append(exits_s)
@@ -80,6 +92,9 @@ def main() -> int:
           f"{'met' if ratio >= TARGET_RATIO else 'missed'})")
     if med["clean"]:
         print(f"unbudgeted/clean {med['unbudgeted'] / med['clean']:.3f}")
+    if med["no-notes"]:
+        print(f"budget/no-notes  {med['budget'] / med['no-notes']:.3f}  (what notes-only cores "
+              "cost: 1.0 is nothing)")
     print(f"# {args.workers} workers, {args.duration:g} s soaks, {args.rounds} interleaved "
           f"rounds, target {args.target}; p = 0.5 exit segfaults in the storm arms")
     return 0

@@ -7,6 +7,7 @@ what a failure is; this writes it down; the session owns one Recorder.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 from collections import Counter
@@ -64,13 +65,19 @@ def evidence_key(cls: FailureClass, sig: str | None, step: str | None,
     return f"{cls.value}|{sig or ''}|{step or ''}|{pattern or ''}"
 
 
+NOTES_CORES_ENV: str = "IREE_STRESS_NOTES_CORES"  # "0": the budget's processes dump no core
+#   at all (no fault sites for counted crashes), as before notes-only cores
+
+
 def notes_cores(cfg: SoakConfig) -> bool:
     """Whether the budget's processes may dump notes-only cores (`no_cores`): not where the
     copies of an exec command share a folder under a core_pattern that names no pid, where
-    every crash's `core` would replace the one a sampled crash is about to have read."""
+    every crash's `core` would replace the one a sampled crash is about to have read, nor
+    where NOTES_CORES_ENV is "0"."""
     pattern, uses_pid = postmortem.read_core_pattern()
-    return not (Engine.of(cfg.engine) is Engine.EXEC and cfg.workers > 1 and
-                pattern_collides(pattern, uses_pid))
+    return os.environ.get(NOTES_CORES_ENV) != "0" and not (
+        Engine.of(cfg.engine) is Engine.EXEC and cfg.workers > 1 and
+        pattern_collides(pattern, uses_pid))
 
 
 def no_cores(pid: int, notes: bool = True) -> bool:
