@@ -9,8 +9,10 @@ same exit-clean soak, the fault library (tests/native/libfault.c) preloaded in a
              for the first N crashes of a mode, then every N*2^k-th; the rest counted)
   unbudgeted the same storm with --evidence-budget 0 (every crash's core read: the old way)
   no-notes   the budget arm with IREE_STRESS_NOTES_CORES=0: the processes past the budget dump
-             no core at all, where `budget` has them dump a notes-only core (2 MiB: the counted
-             crashes' fault sites); budget/no-notes is what the fault sites cost
+             no core at all; budget/no-notes is what notes-only cores cost. Measured 0.911 at
+             d301a1b (bench/results/evidence_budget-cpu-notes.txt: 2 MiB cores then), since
+             when the python engine's workers dump none (faulthandler leaves them no fault
+             site), so here the two arms run the same code
 
 Rounds are interleaved (the order rotates) and medians compared: target budget/clean >= 0.8.
 

@@ -94,7 +94,7 @@ class Finding:
         out = [(culprit.label(s) or "", who)] if who else []
         out.append((label, self.frames()))
         if s.sites and not s.frames:  # no stacks read: where its crashes faulted
-            out.append(("fault site", "; ".join(f"{t} {n}" for t, n in s.sites.most_common(3))
+            out.append(("fault site", "; ".join(f"{n} in {t}" for t, n in s.sites.most_common(3))
                         + " (from the cores' notes; stacks not read)"))
         if s.stuck:
             out.append(("threads", s.stuck.most_common(1)[0][0]))

@@ -116,10 +116,14 @@ class Joiner:
             return best, (f"joined by {how} and the top of its Python dump (no native stacks "
                           "were read in its mode)")
         site = fault_site(row)
-        by_site = self.sites.get((h, site)) if site else None
+        sited = {k for (other, _), keys in self.sites.items() if other == h for k in keys}
+        by_site = self.sites.get((h, site)) if site and sited >= set(read) else None  # (only
+        #   where every mode read there has a site: one read without may fault there too)
         if by_site and len(by_site) == 1:
             return next(iter(by_site)), f"joined by {how} and its fault site, {site}"
         by_top = self.tops.get((h, fault_top(row))) if fault_top(row) else None
+        if by_top and by_site:
+            by_top = Counter({k: n for k, n in by_top.items() if k in by_site}) or None
         if by_top and len(by_top) == 1:
             return next(iter(by_top)), f"joined by {how} and the top of its Python dump"
         if len(read) == 1:
@@ -127,7 +131,7 @@ class Joiner:
         pool = by_site or by_top or read
         best = max(pool, key=lambda k: (pool[k], k.text()))
         unmatched = f"; its fault site, {site}, is none of theirs" if site and not by_site \
-            and any(s == h for s, _ in self.sites) else ""
+            and sited >= set(read) else ""
         return best, (f"joined the most read of {len(pool)} modes of its {how}: "
                       f"which one it was is not known{unmatched}")
 

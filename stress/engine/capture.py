@@ -303,7 +303,7 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
         top = faulthandler_top(h.tail(h.stderr_path, _DUMP_BYTES)) if child is None else []
         if top:  # known for every crash, read or only counted (signatures join by it)
             facts["fault_top"] = top
-        if site:  # (a crash read: from its core's notes, with its stacks)
+        if site:  # (a crash whose stacks are read gets its site with them)
             facts["fault_site"] = site
     facts.update(judged)
     if child is not None:

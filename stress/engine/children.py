@@ -39,6 +39,7 @@ import os
 import re
 import shlex
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,48 @@ class ChildCrash:
         return {"name": self.name, "signal": self.signal, "source": self.source,
                 "pid": self.pid, "exe": self.exe, "line": self.line or None,
                 "command": self.command or None}
+
+
+def recent_cores(top: Path, globs: list[str], since_wall: float) -> list[Path]:
+    """Files under `top` (TREE_DEPTH levels, TREE_ENTRIES entries, hidden folders skipped)
+    named like a core (`globs`: core_name_globs) and written since `since_wall`."""
+    found: list[Path] = []
+    seen = 0
+    base_depth = len(top.parts)
+    names = [g for g in globs if not g.startswith("/")]
+    for root, dirs, files in os.walk(top):
+        seen += len(dirs) + len(files)
+        if seen > TREE_ENTRIES:
+            break
+        dirs[:] = [d for d in dirs if not d.startswith(".")] \
+            if len(Path(root).parts) - base_depth < TREE_DEPTH else []
+        for name in files:
+            if any(fnmatch.fnmatchcase(name, g) for g in names):
+                path = Path(root) / name
+                try:
+                    if path.stat().st_mtime >= since_wall - _CLOCK_SLACK_S:
+                        found.append(path)
+                except OSError:
+                    continue
+    return found
+
+
+def sweep_leftovers(top: Path, sessions: Collection[int], since_wall: float,
+                    pattern: tuple[str, bool]) -> list[Path]:
+    """At the run's end: cores under `top` (`recent_cores`) of processes of the run's exec
+    jobs (their ELF notes name one of `sessions`: each command was started in a session of
+    its own), which no job's sweep found (a child that crashed in a folder never seen while
+    it ran, in a job that then passed). Deleted; returns them."""
+    gone = []
+    for path in recent_cores(top, core_name_globs(*pattern), since_wall):
+        notes = postmortem.read_core_notes(path)
+        if notes is not None and notes.sid in sessions:
+            try:
+                path.unlink()
+                gone.append(path)
+            except OSError:
+                pass
+    return gone
 
 
 def core_name_globs(pattern: str, uses_pid: bool) -> list[str]:
@@ -260,26 +303,7 @@ class GroupWatch:
     # ---- when it has ended -------------------------------------------------------------------
     def search_tree(self) -> None:
         """Cores of the group under the command's folder (module doc), bounded."""
-        found: list[Path] = []
-        seen = 0
-        base_depth = len(self.cwd.parts)
-        names = [g for g in self.globs if not g.startswith("/")]
-        for root, dirs, files in os.walk(self.cwd):
-            seen += len(dirs) + len(files)
-            if seen > TREE_ENTRIES:
-                break
-            dirs[:] = [d for d in dirs if not d.startswith(".")] \
-                if len(Path(root).parts) - base_depth < TREE_DEPTH else []
-            for name in files:
-                if any(fnmatch.fnmatchcase(name, g) for g in names):
-                    path = Path(root) / name
-                    try:
-                        recent = path.stat().st_mtime >= self.started_wall - _CLOCK_SLACK_S
-                    except OSError:
-                        continue
-                    if recent:
-                        found.append(path)
-        self.sweep(final=True, paths=found)
+        self.sweep(final=True, paths=recent_cores(self.cwd, self.globs, self.started_wall))
 
     def crashed(self, deaths: list[SignalDeath], kernel: kernellog.KernelLog | None = None
                 ) -> ChildCrash | None:
@@ -337,9 +361,11 @@ class GroupWatch:
         return out
 
     def discard(self, keep: int | None = None) -> list[Path]:
-        """Deletes the group's cores (all but `keep`'s: its reader deletes that one), and
-        those still being written when the job ended. Returns what was deleted."""
+        """Deletes the group's cores (all but `keep`'s: its reader deletes that one), those
+        still being written when the job ended, and those written since the last sweep in
+        the folders its processes were seen in. Returns what was deleted."""
         self.sweep(final=True, paths=list(self.waiting))
+        self.sweep(final=True)
         gone = []
         for pid, (path, _) in list(self.cores.items()):
             if pid == keep:

@@ -47,8 +47,9 @@ class CoreNotes:
     si_addr: int | None = None  # the faulting address (SIGSEGV, SIGBUS, SIGILL, SIGFPE)
     maps: list[tuple[int, int, int, str]] = field(default_factory=list)  # NT_FILE: (start,
     #   end, file offset in bytes, path) of every file mapping
-    memory: bool = True  # the file holds its memory segments (False: cut at its size limit
-    #   before their end, e.g. a notes-only core)
+    sp: int | None = None  # the crashing thread's stack pointer
+    memory: bool = True  # the file holds the crashing thread's stack (False: a notes-only core,
+    #   its memory left out by coredump_filter 0 or cut at its size limit)
     whole: bool = True  # the notes segment read in full, NT_PRPSINFO (the pid) among it: a
     #   core still being written may hold only its crashing thread's NT_PRSTATUS so far
 
@@ -66,7 +67,8 @@ class CoreNotes:
         (a handler that re-raised it, such as Python's faulthandler: the registers are then
         in libc's raise), or the address is in no mapped file (JIT code, an executable IREE
         loaded into anonymous memory)."""
-        if self.pc is None or self.si_code is None or self.si_code <= 0:
+        if self.pc is None or self.si_code is None or self.si_code <= 0 or \
+                self.signal not in _FAULT_SIGNALS:  # (SI_KERNEL is > 0 for SIGXCPU too)
             return None
         for start, end, offset, path in self.maps:
             if start <= self.pc < end:
@@ -103,8 +105,11 @@ class FaultSite:
 _NT_PRSTATUS, _NT_PRPSINFO, _NT_SIGINFO, _NT_FILE = 1, 3, 0x53494749, 0x46494C45
 _PT_LOAD, _PT_NOTE = 1, 4
 _PR_REG: int = 112  # elf_prstatus's registers, on 64-bit Linux
-_PC_SLOT: dict[int, int] = {62: 16, 183: 32}  # e_machine -> the program counter's index in
-#   them: x86-64's user_regs_struct (rip), aarch64's user_pt_regs (pc)
+_REG_SLOTS: dict[int, dict[str, int]] = {62: {"pc": 16, "sp": 19}, 183: {"pc": 32, "sp": 31}}
+#   e_machine -> the program counter's and stack pointer's index in them: x86-64's
+#   user_regs_struct (rip, rsp), aarch64's user_pt_regs (pc, sp)
+_FAULT_SIGNALS: frozenset[int] = frozenset({4, 5, 7, 8, 11, 31})  # SIGILL, SIGTRAP, SIGBUS,
+#   SIGFPE, SIGSEGV, SIGSYS: raised at the instruction its program counter names
 
 
 def read_core_notes(path: Path) -> CoreNotes | None:
@@ -124,14 +129,14 @@ def read_core_notes(path: Path) -> CoreNotes | None:
             table = f.read(phentsize * phnum)
             size = os.fstat(f.fileno()).st_size
             note: tuple[int, int] | None = None
-            end = 0  # where its last memory segment ends
+            loads: list[tuple[int, int, int, int]] = []  # (vaddr, memsz, offset, filesz)
             for i in range(phnum):
-                p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", table,
-                                                                         i * phentsize)
+                p_type, _, p_offset, p_vaddr, _, p_filesz, p_memsz = struct.unpack_from(
+                    "<IIQQQQQ", table, i * phentsize)
                 if p_type == _PT_NOTE and note is None:
                     note = p_offset, p_filesz
                 elif p_type == _PT_LOAD:
-                    end = max(end, p_offset + p_filesz)
+                    loads.append((p_vaddr, p_memsz, p_offset, p_filesz))
             if note is None:
                 return None
             f.seek(note[0])
@@ -139,10 +144,19 @@ def read_core_notes(path: Path) -> CoreNotes | None:
             data = f.read(want)
             notes = _parse_notes(data, len(data) == want, machine)
             if notes is not None:
-                notes.memory = size >= end
+                notes.memory = _holds_stack(notes.sp, loads, size)
             return notes
     except (OSError, struct.error):
         return None
+
+
+def _holds_stack(sp: int | None, loads: list[tuple[int, int, int, int]], size: int) -> bool:
+    """Whether the file holds the memory at stack pointer `sp` (without one: every segment's
+    memory, the file's size past the last of them)."""
+    if sp is None:
+        return size >= max((off + fs for _, _, off, fs in loads), default=0)
+    return any(va <= sp < va + mem and fs > 0 and off + min(fs, sp - va + 1) <= size
+               for va, mem, off, fs in loads)
 
 
 def _parse_notes(data: bytes, whole: bool = True, machine: int = 0) -> CoreNotes | None:
@@ -158,9 +172,9 @@ def _parse_notes(data: bytes, whole: bool = True, machine: int = 0) -> CoreNotes
         if ntype == _NT_PRSTATUS and descsz >= 36:
             if not tids:
                 sig = struct.unpack_from("<h", data, desc + 12)[0]  # pr_cursig
-                slot = _PC_SLOT.get(machine)
-                if slot is not None and descsz >= _PR_REG + 8 * (slot + 1):
-                    extra["pc"] = struct.unpack_from("<Q", data, desc + _PR_REG + 8 * slot)[0]
+                for name, slot in _REG_SLOTS.get(machine, {}).items():
+                    if descsz >= _PR_REG + 8 * (slot + 1):
+                        extra[name] = struct.unpack_from("<Q", data, desc + _PR_REG + 8 * slot)[0]
             tids.append(struct.unpack_from("<i", data, desc + 32)[0])  # pr_pid
         elif ntype == _NT_SIGINFO and descsz >= 24 and "si_code" not in extra:
             signo, _, code = struct.unpack_from("<iii", data, desc)  # the dumping thread's

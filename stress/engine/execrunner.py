@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.engine import postmortem, testlog
-from stress.engine.children import CHILD_CORES, ChildCrash, GroupWatch
+from stress.engine.children import CHILD_CORES, ChildCrash, GroupWatch, sweep_leftovers
 from stress.engine.invocation import JobResult
 from stress.engine.jobs import Job
 from stress.engine.journal import Step
@@ -378,6 +378,8 @@ class ExecRunner:
             not uses_pid and not pattern.startswith("/")
         self.spare_fds: dict[int, tuple[Proc, int]] = {}  # exit_fd's pipe ends, no pidfd
         self.kernel_claimed: dict[int, None] = {}  # kernel fault lines a job blamed already
+        self.sessions: set[int] = set()  # every command's pid: its session's id
+        self.started_wall = time.time()
 
     def _close_spares(self, every: bool = False) -> None:
         for pid, (p, fd) in list(self.spare_fds.items()):
@@ -431,6 +433,7 @@ class ExecRunner:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = spawn(argv, stdout=out, stderr=err, env=env, cwd=cwd,
                          parent_pid=self.parent_pid, popen=self.popen)
+        self.sessions.add(proc.pid)
         fd, spare = exit_fd(proc)
         if spare is not None:
             self.spare_fds[proc.pid] = (proc, spare)
@@ -454,6 +457,9 @@ class ExecRunner:
             if h.poll() is None:
                 signal_group(h.pid, signal.SIGKILL)
         self._close_spares(every=True)
+        if self.sessions:  # never a core of ours left in the user's folders
+            sweep_leftovers(self.command.cwd, self.sessions, self.started_wall,
+                            self.core_pattern)
 
 
 ONE_RUN_SCALE: float = 1 / 20  # jobs.invocations_for gives a pattern it does not know 20

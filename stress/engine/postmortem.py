@@ -47,10 +47,11 @@ _CORE_LIMIT_BYTES: int = 4 << 30  # measured: a Python + IREE local-task process
 #   107 MiB here; a Python process holding a CUDA context (torch) 901 MiB on the H200. The cap
 #   keeps a runaway heap from filling the run's disk; a truncated core still holds every
 #   thread's registers (the notes come first)
-NOTES_CORE_BYTES: int = 2 << 20  # the core of a process the evidence budget reads no stacks
-#   of: its headers and notes only (measured: 13 KiB of program headers and 29 KiB of notes for
-#   a Python + IREE local-task process here; a GPU process maps and runs more), enough for its
-#   fault site (`fault_site`) at the cost of writing 2 MiB
+NOTES_CORE_BYTES: int = 64 << 20  # the core size limit of a process the evidence budget reads
+#   no stacks of: with coredump_filter 0 its core is headers, notes and the vDSO (measured: 13
+#   KiB of program headers and 29 KiB of notes for a Python + IREE local-task process here),
+#   enough for its fault site (`fault_site`); the limit only bounds a filter that did not hold
+_FILTER_NONE: str = "0x0"  # /proc/PID/coredump_filter: no memory mapping dumped
 NATIVE_STACKS_TIMEOUT_S: float = 30.0  # measured: gdb + py-spy read the 107 MiB core in 0.7 s
 #   here, cuda-gdb + py-spy the 901 MiB CUDA one in 9.4 s on the H200; 3x that for a loaded box
 _LOAD_SCALE_MAX: float = 4.0  # a post mortem's budget grows with the host's load, up to this
@@ -125,9 +126,42 @@ def _default_kill_signals() -> None:
         pass
 
 
+def notes_only(pid: int) -> bool:
+    """Makes live process `pid` (and the processes it starts) dump a core of its headers and
+    notes only: its coredump_filter to 0 (no memory mapping) and its soft core limit to
+    NOTES_CORE_BYTES. False, and nothing changed, where the filter cannot be set."""
+    try:
+        Path(f"/proc/{pid}/coredump_filter").write_text(_FILTER_NONE)
+        _, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
+        if hard != resource.RLIM_INFINITY and hard < NOTES_CORE_BYTES:
+            raise ValueError("hard core limit below a notes-only core")
+        resource.prlimit(pid, resource.RLIMIT_CORE, (NOTES_CORE_BYTES, hard))
+        return True
+    except (OSError, ValueError):
+        _set_filter(pid, _default_filter())
+        return False
+
+
+def _default_filter() -> str:
+    """The coredump_filter processes are given (this process's own: they inherit it)."""
+    try:  # (printed as 8 hex digits without 0x: written back as is, it would read as octal)
+        return f"0x{int(Path('/proc/self/coredump_filter').read_text(), 16):x}"
+    except (OSError, ValueError):
+        return "0x33"
+
+
+def _set_filter(pid: int, value: str) -> None:
+    try:
+        Path(f"/proc/{pid}/coredump_filter").write_text(value)
+    except OSError:
+        pass
+
+
 def allow_core(pid: int) -> str:
     """Raises live process `pid`'s soft core limit to what prepare_child gives (up to its hard
-    limit), before a kill that should leave a core; "" or why it could not."""
+    limit), and gives back its coredump_filter (`notes_only` cleared it), before a kill that
+    should leave a core; "" or why it could not."""
+    _set_filter(pid, _default_filter())
     try:
         soft, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
         cap = _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(hard,
@@ -399,11 +433,10 @@ def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
     signum = notes.signal if notes else None
     core_bytes = _size(core) if core is not None else None
     result: Stacks | None = None
-    written = _allocated(core) if core is not None else 0
-    cut = notes is not None and not notes.memory and 0 < written <= NOTES_CORE_BYTES
+    cut = core is not None and notes is not None and not notes.memory
     if cut:
-        notes_text.append(f"its core holds its notes only (cut at {written} bytes written: "
-                          "the evidence budget's size limit), no stack memory")
+        notes_text.append("its core holds no stack memory (a notes-only core: the evidence "
+                          "budget's, or cut at its size limit)")
     try:
         if core is not None and not cut:
             result = _read_core(core, exe, crashed, left, notes_text)
@@ -430,15 +463,6 @@ def native_stacks(pid: int, exe: str, core_dir: Path, stderr_text: str,
     result.fault_site = fault_site(notes)
     result.note = "; ".join(notes_text)
     return result
-
-
-def _allocated(path: Path) -> int:
-    """Bytes a core file holds on disk (a core cut at its limit is sparse: the kernel skips
-    to where its memory would start, so its size says more than was written)."""
-    try:
-        return path.stat().st_blocks * 512
-    except OSError:
-        return 0
 
 
 def _size(path: Path) -> int | None:

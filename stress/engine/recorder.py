@@ -70,32 +70,35 @@ NOTES_CORES_ENV: str = "IREE_STRESS_NOTES_CORES"  # "0": the budget's processes 
 
 
 def notes_cores(cfg: SoakConfig) -> bool:
-    """Whether the budget's processes may dump notes-only cores (`no_cores`): not where the
-    copies of an exec command share a folder under a core_pattern that names no pid, where
-    every crash's `core` would replace the one a sampled crash is about to have read, nor
-    where NOTES_CORES_ENV is "0"."""
+    """Whether the budget's processes may dump notes-only cores (`no_cores`): processes that
+    are not Python workers (those run faulthandler, which re-raises the signal: no fault site,
+    measured 0.911x the exits per second of no cores in a crash storm,
+    bench/results/evidence_budget-cpu-notes.txt), where no two of them write one file (a
+    core_pattern without the pid: absolute, or relative with copies of an exec command in one
+    folder; each such `core` would replace the one a sampled crash is about to have read), and
+    NOTES_CORES_ENV is not "0"."""
     pattern, uses_pid = postmortem.read_core_pattern()
-    return os.environ.get(NOTES_CORES_ENV) != "0" and not (
-        Engine.of(cfg.engine) is Engine.EXEC and cfg.workers > 1 and
-        pattern_collides(pattern, uses_pid))
+    shared = pattern_collides(pattern, uses_pid) and (
+        pattern.startswith("/") or Engine.of(cfg.engine) is Engine.EXEC and cfg.workers > 1)
+    return os.environ.get(NOTES_CORES_ENV) != "0" and \
+        Engine.of(cfg.engine) is not Engine.PYTHON and not shared
 
 
 def no_cores(pid: int, notes: bool = True) -> bool:
     """Turns full core dumps off for process `pid` (the evidence budget's processes that need
-    none): its soft RLIMIT_CORE to `postmortem.NOTES_CORE_BYTES` where core_pattern writes
-    files (the core is cut after its notes: a crash's fault site for a few milliseconds), else
-    0 (a |pipe handler is given the whole core whatever the limit); the hard limit left as it
-    is, so that a hang's kill can raise it again (corekill.dump). Called at launch and again at
-    the worker's hello: the worker's own prepare_child raises the soft limit when it starts.
-    `notes`: False turns cores off altogether (`notes_cores`). Returns whether it may still
-    dump a full core (True when the limit could not be changed)."""
+    none): where `notes` (`notes_cores`) and core_pattern writes files, a core of its headers
+    and notes only (`postmortem.notes_only`: a crash's fault site for a few KiB), else its soft
+    RLIMIT_CORE to 0 (a |pipe handler is given the whole core whatever the limit). The hard
+    limit is left as it is, so that a hang's kill can raise it again (corekill.dump). Called
+    at launch and again at the worker's hello: the worker's own prepare_child raises the soft
+    limit when it starts. Returns whether it may still dump a full core (True when nothing
+    could be changed)."""
+    if notes and not postmortem.read_core_pattern()[0].startswith("|") and \
+            postmortem.notes_only(pid):
+        return False
     try:
         _, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
-        cut = postmortem.NOTES_CORE_BYTES
-        pipe = postmortem.read_core_pattern()[0].startswith("|")
-        soft = cut if notes and not pipe and (hard == resource.RLIM_INFINITY or hard >= cut) \
-            else 0
-        resource.prlimit(pid, resource.RLIMIT_CORE, (soft, hard))
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, hard))
         return False
     except (OSError, ValueError):
         return True

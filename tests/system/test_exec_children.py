@@ -203,3 +203,21 @@ def test_a_test_binary_crashing_under_ctest_in_its_build_folder_is_found_by_its_
     assert len(keys) == 1 and keys[0].startswith("crash|SIGSEGV|run||helper_crash_in_compile")
     assert cores_under(proj) == [] and cores_under(run) == []
     assert unreadable(run) == {}  # the evidence of cores moved in, as readable as the rest
+
+
+def test_a_child_that_crashed_in_a_passing_job_leaves_no_core_in_the_user_s_folders(
+        tmp_path: Path, two_faults: Path) -> None:
+    """A death-test-like job: the command's child segfaults in a folder of its own, too
+    briefly to be seen alive, and the command exits 0. Nothing failed, and no core of the
+    run's processes is left anywhere under the command's folder at the run's end (the early
+    jobs dump whole cores, the later ones notes-only ones: neither is left)."""
+    proj, run = tmp_path / "proj", tmp_path / "run"
+    proj.mkdir()
+    script = f"mkdir -p sub{{job}} && cd sub{{job}} && {{ {two_faults} {{job}} || true; }}"
+    res = run_cli("soak", "--engine", "exec", "-n", "12", "--workers", "1", "--timeout", "60s",
+                  "--evidence-budget", "1", "--json", "-q", "--results", str(run),
+                  "--", "sh", "-c", script, timeout=600, cwd=proj)
+    assert res.rc == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert len(list(proj.glob("sub*"))) == 12
+    leftover = [p for p in proj.rglob("*") if p.is_file() and read_core_notes(p) is not None]
+    assert leftover == []

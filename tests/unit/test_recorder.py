@@ -89,12 +89,17 @@ def test_the_budget_s_processes_dump_their_notes_only_unless_copies_share_a_core
     from stress.engine import postmortem
     from tests.helpers.engine import soak_config
 
-    def limit_after(notes: bool, pattern: str) -> int:
+    def after(notes: bool, pattern: str, hang: bool = False) -> tuple[int, int]:
+        """(soft core limit, coredump_filter) of a process `no_cores` was called on (`hang`:
+        then a hang's kill asked for its core)."""
         monkeypatch.setattr(postmortem, "read_core_pattern", lambda: (pattern, False))
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
         try:
             assert recorder_mod.no_cores(proc.pid, notes) is False
-            return resource.prlimit(proc.pid, resource.RLIMIT_CORE)[0]
+            if hang:
+                assert postmortem.allow_core(proc.pid) == ""
+            return (resource.prlimit(proc.pid, resource.RLIMIT_CORE)[0],
+                    int(Path(f"/proc/{proc.pid}/coredump_filter").read_text(), 16))
         finally:
             proc.kill()
             proc.wait()
@@ -102,12 +107,18 @@ def test_the_budget_s_processes_dump_their_notes_only_unless_copies_share_a_core
     hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
     if hard != resource.RLIM_INFINITY and hard < postmortem.NOTES_CORE_BYTES:
         pytest.skip("the hard core limit here is below a notes-only core")
-    assert limit_after(True, "core") == postmortem.NOTES_CORE_BYTES
-    assert limit_after(False, "core") == 0
-    assert limit_after(True, "|/usr/lib/systemd/systemd-coredump %P") == 0
+    mine = int(Path("/proc/self/coredump_filter").read_text(), 16)
+    assert after(True, "core") == (postmortem.NOTES_CORE_BYTES, 0)
+    assert after(False, "core") == (0, mine)
+    assert after(True, "|/usr/lib/systemd/systemd-coredump %P") == (0, mine)
+    limit, kept = after(True, "core", hang=True)  # a hang's core is whole again
+    assert limit > postmortem.NOTES_CORE_BYTES and kept == mine != 0
     for pattern, engine, workers, notes in [("core", "exec", 2, False), ("core", "exec", 1, True),
                                             ("core.%p", "exec", 2, True),
-                                            ("core", "python", 2, True)]:
+                                            ("core", "native", 2, True),
+                                            ("/cores/core", "native", 2, False),
+                                            ("/cores/core-%p", "native", 2, True),
+                                            ("core", "python", 1, False)]:
         monkeypatch.setattr(postmortem, "read_core_pattern", lambda p=pattern: (p, False))
         cfg = soak_config(tmp_path, engine=engine, workers=workers)
         assert recorder_mod.notes_cores(cfg) is notes, (pattern, engine, workers)

@@ -268,12 +268,17 @@ def test_counted_crashes_join_the_mode_read_where_they_faulted_whatever_is_read_
     most = next(s for s in sigs if s.frames[0] != "pthread_join")
     assert most.count == 3 and "its fault site, memcpy [libx.so], is none of theirs" in \
         next(iter(most.merged))
+    rows[5]["evidence"]["fault_site"] = site("pthread_join")
+    del rows[1]["evidence"]["fault_site"], rows[2]["evidence"]["fault_site"]  # a mode read
+    sigs = signatures.build(data(rows))  # without sites may fault there too: not by site
+    assert not any("its fault site" in why for s in sigs for why in s.merged), \
+        [s.merged for s in sigs]
     alone = [budget_row(tmp_path, 6, None, "crash|SIGSEGV|worker-exit|exit-clean", False)]
     alone[0]["last_step"] = "worker-exit"
     alone[0]["evidence"]["fault_site"] = site("memcpy")
     sigs = signatures.build(data(alone))  # nothing read at all: its site is its evidence
     lines = dict(report.Finding(sigs[0], None).rows())
-    assert lines["fault site"] == "memcpy (libx.so+0x10) 1 (from the cores' notes; stacks " \
+    assert lines["fault site"] == "1 in memcpy (libx.so+0x10) (from the cores' notes; stacks " \
         "not read)"
 
 
