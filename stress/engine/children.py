@@ -125,16 +125,8 @@ def sweep_leftovers(top: Path, sessions: Collection[int], since_wall: float,
     jobs (their ELF notes name one of `sessions`: each command was started in a session of
     its own), which no job's sweep found (a child that crashed in a folder never seen while
     it ran, in a job that then passed). Deleted; returns them."""
-    gone = []
-    for path in recent_cores(top, core_name_globs(*pattern), since_wall):
-        notes = postmortem.read_core_notes(path)
-        if notes is not None and notes.sid in sessions:
-            try:
-                path.unlink()
-                gone.append(path)
-            except OSError:
-                pass
-    return gone
+    return postmortem.delete_cores(recent_cores(top, core_name_globs(*pattern), since_wall),
+                                   lambda notes: notes.sid in sessions)
 
 
 def core_name_globs(pattern: str, uses_pid: bool) -> list[str]:

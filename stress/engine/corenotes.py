@@ -7,13 +7,15 @@ and the move that makes a core in a shared folder one process's own (`claim`).
 The notes also say where a crash happened without any stack memory: the crashing thread's
 program counter (NT_PRSTATUS), whether the kernel raised the signal for a fault (NT_SIGINFO's
 si_code > 0) and which mapped file holds that address (NT_FILE): its `fault_site`, a module and
-offset as a crash reporter keys a crash it has no symbols for. A core cut at a small size limit
-(the evidence budget's processes: `NOTES_CORE_BYTES`) still holds all of it: the kernel writes
-the headers and notes before any memory."""
+offset as a crash reporter keys a crash it has no symbols for. The evidence budget's processes
+dump cores of their headers and notes only (`notes_only`: coredump_filter 0), a few KiB that
+hold all of it; a core cut at a size limit does too (the kernel writes notes before memory)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import resource
 import struct
 import threading
 import time
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stress.engine import elfsyms
 from stress.fs import new_file_mode
 
 
@@ -217,6 +220,57 @@ def _mappings(desc: bytes) -> list[tuple[int, int, int, str]]:
         if name:
             out.append((start, end, pgoff * page, name.decode(errors="replace")))
     return out
+
+
+# ---- notes-only cores ---------------------------------------------------------------
+NOTES_CORE_BYTES: int = 64 << 20  # the core size limit of a process the evidence budget reads
+#   no stacks of: with coredump_filter 0 its core is headers, notes and the vDSO (measured: 13
+#   KiB of program headers and 29 KiB of notes for a Python + IREE local-task process here),
+#   enough for its fault site (`fault_site`); the limit only bounds a filter that did not hold
+_FILTER_NONE: str = "0x0"  # /proc/PID/coredump_filter: no memory mapping dumped
+
+
+def notes_only(pid: int) -> bool:
+    """Makes live process `pid` (and the processes it starts) dump a core of its headers and
+    notes only: its coredump_filter to 0 (no memory mapping) and its soft core limit to
+    NOTES_CORE_BYTES. False, and nothing changed, where the filter cannot be set."""
+    try:
+        Path(f"/proc/{pid}/coredump_filter").write_text(_FILTER_NONE)
+        _, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
+        if hard != resource.RLIM_INFINITY and hard < NOTES_CORE_BYTES:
+            raise ValueError("hard core limit below a notes-only core")
+        resource.prlimit(pid, resource.RLIMIT_CORE, (NOTES_CORE_BYTES, hard))
+        return True
+    except (OSError, ValueError):
+        set_filter(pid, default_filter())
+        return False
+
+
+def default_filter() -> str:
+    """The coredump_filter processes are given (this process's own: they inherit it)."""
+    try:  # (printed as 8 hex digits without 0x: written back as is, it would read as octal)
+        return f"0x{int(Path('/proc/self/coredump_filter').read_text(), 16):x}"
+    except (OSError, ValueError):
+        return "0x33"
+
+
+def set_filter(pid: int, value: str) -> None:
+    """Writes live process `pid`'s coredump_filter (nothing when it cannot)."""
+    try:
+        Path(f"/proc/{pid}/coredump_filter").write_text(value)
+    except OSError:
+        pass
+
+
+def fault_site(notes: CoreNotes | None) -> dict[str, Any] | None:
+    """The fault site of a core's notes (`CoreNotes.fault_site`) with its function named by
+    the module's own symbol table where it has one (`elfsyms`), as failure facts; None when
+    the signal was sent, not raised by a fault, or the address is in no mapped file."""
+    site = notes.fault_site() if notes is not None else None
+    if site is None:
+        return None
+    return dataclasses.replace(site, function=elfsyms.function_at(site.module, site.offset)
+                               ).as_dict()
 
 
 # ---- taking a core out of a shared folder ----------------------------------------------

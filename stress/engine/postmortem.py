@@ -15,7 +15,6 @@ The stack types live in `callstacks` (shared with live-hang stacks), the parsers
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import importlib.util
 import os
@@ -24,16 +23,26 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from stress.engine import elfsyms, kernellog, procstate
+from stress.engine import kernellog, procstate
 from stress.engine.callstacks import Stacks, StackSource, find_gdb, find_pyspy
-from stress.engine.corenotes import CLAIM_WAIT_S, claimed, dumped_since, pattern_collides
+from stress.engine.corenotes import (
+    CLAIM_WAIT_S,
+    claimed,
+    default_filter,
+    dumped_since,
+    pattern_collides,
+    set_filter,
+)
+from stress.engine.corenotes import NOTES_CORE_BYTES as NOTES_CORE_BYTES
 from stress.engine.corenotes import CoreNotes as CoreNotes  # (re-exported: its readers)
 from stress.engine.corenotes import claim as claim  # (re-exported: children.py)
+from stress.engine.corenotes import fault_site as fault_site  # (re-exported: capture)
 from stress.engine.corenotes import listdir as listdir
+from stress.engine.corenotes import notes_only as notes_only  # (re-exported: recorder)
 from stress.engine.corenotes import read_core_notes as read_core_notes
 from stress.stacktext import (
     faulthandler_text,
@@ -47,11 +56,6 @@ _CORE_LIMIT_BYTES: int = 4 << 30  # measured: a Python + IREE local-task process
 #   107 MiB here; a Python process holding a CUDA context (torch) 901 MiB on the H200. The cap
 #   keeps a runaway heap from filling the run's disk; a truncated core still holds every
 #   thread's registers (the notes come first)
-NOTES_CORE_BYTES: int = 64 << 20  # the core size limit of a process the evidence budget reads
-#   no stacks of: with coredump_filter 0 its core is headers, notes and the vDSO (measured: 13
-#   KiB of program headers and 29 KiB of notes for a Python + IREE local-task process here),
-#   enough for its fault site (`fault_site`); the limit only bounds a filter that did not hold
-_FILTER_NONE: str = "0x0"  # /proc/PID/coredump_filter: no memory mapping dumped
 NATIVE_STACKS_TIMEOUT_S: float = 30.0  # measured: gdb + py-spy read the 107 MiB core in 0.7 s
 #   here, cuda-gdb + py-spy the 901 MiB CUDA one in 9.4 s on the H200; 3x that for a loaded box
 _LOAD_SCALE_MAX: float = 4.0  # a post mortem's budget grows with the host's load, up to this
@@ -126,42 +130,11 @@ def _default_kill_signals() -> None:
         pass
 
 
-def notes_only(pid: int) -> bool:
-    """Makes live process `pid` (and the processes it starts) dump a core of its headers and
-    notes only: its coredump_filter to 0 (no memory mapping) and its soft core limit to
-    NOTES_CORE_BYTES. False, and nothing changed, where the filter cannot be set."""
-    try:
-        Path(f"/proc/{pid}/coredump_filter").write_text(_FILTER_NONE)
-        _, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
-        if hard != resource.RLIM_INFINITY and hard < NOTES_CORE_BYTES:
-            raise ValueError("hard core limit below a notes-only core")
-        resource.prlimit(pid, resource.RLIMIT_CORE, (NOTES_CORE_BYTES, hard))
-        return True
-    except (OSError, ValueError):
-        _set_filter(pid, _default_filter())
-        return False
-
-
-def _default_filter() -> str:
-    """The coredump_filter processes are given (this process's own: they inherit it)."""
-    try:  # (printed as 8 hex digits without 0x: written back as is, it would read as octal)
-        return f"0x{int(Path('/proc/self/coredump_filter').read_text(), 16):x}"
-    except (OSError, ValueError):
-        return "0x33"
-
-
-def _set_filter(pid: int, value: str) -> None:
-    try:
-        Path(f"/proc/{pid}/coredump_filter").write_text(value)
-    except OSError:
-        pass
-
-
 def allow_core(pid: int) -> str:
     """Raises live process `pid`'s soft core limit to what prepare_child gives (up to its hard
     limit), and gives back its coredump_filter (`notes_only` cleared it), before a kill that
     should leave a core; "" or why it could not."""
-    _set_filter(pid, _default_filter())
+    set_filter(pid, default_filter())
     try:
         soft, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
         cap = _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(hard,
@@ -338,17 +311,6 @@ def _take_core(pid: int, cwd: Path, claim_dir: Path | None) -> tuple[Path, CoreN
     return got
 
 
-def fault_site(notes: CoreNotes | None) -> dict[str, Any] | None:
-    """The fault site of a core's notes (`CoreNotes.fault_site`) with its function named by
-    the module's own symbol table where it has one (`elfsyms`), as failure facts; None when
-    the signal was sent, not raised by a fault, or the address is in no mapped file."""
-    site = notes.fault_site() if notes is not None else None
-    if site is None:
-        return None
-    return dataclasses.replace(site, function=elfsyms.function_at(site.module, site.offset)
-                               ).as_dict()
-
-
 def _own_core(pid: int, cwd: Path, claim_dir: Path | None) -> tuple[Path, CoreNotes] | None:
     """The core of dead process `pid` and its notes, without waiting (see `discard_core`)."""
     if claim_dir is not None:
@@ -366,9 +328,17 @@ def _own_core(pid: int, cwd: Path, claim_dir: Path | None) -> tuple[Path, CoreNo
 def sweep_cores(run_dir: Path) -> list[Path]:
     """Delete every ELF core file left under RUN_DIR/cores (at the end of a run: cores of
     crashes nobody read). Returns what was deleted; other files are left alone."""
+    return delete_cores(p for p in sorted((run_dir / CORES_FOLDER).glob("*/*")) if p.is_file())
+
+
+def delete_cores(paths: Iterable[Path], whose: Callable[[CoreNotes], bool] = lambda _: True
+                 ) -> list[Path]:
+    """Deletes each of `paths` that is a core (its notes read) for which `whose(notes)`;
+    returns them."""
     gone = []
-    for path in sorted((run_dir / CORES_FOLDER).glob("*/*")):
-        if path.is_file() and read_core_notes(path) is not None:
+    for path in paths:
+        notes = read_core_notes(path)
+        if notes is not None and whose(notes):
             try:
                 path.unlink()
                 gone.append(path)
