@@ -411,8 +411,11 @@ def build(data: RunData) -> list[Signature]:
         s.others.update(others_in_flight(row))
         _seen(s, row)
     for s in sigs.values():  # a mode seen only through folded unwinds still shows a stack
-        if not s.display:
-            s.display = next((failing_stack(r).display for r in s.rows[:1]), ())
+        if not s.display:  # (a crash read first, then any)
+            stacks = [failing_stack(r) for r in s.rows[:20]]
+            s.display = next((st.display for st, r in zip(stacks, s.rows, strict=False)
+                              if st.display and not joins.unread(r, st)),
+                             stacks[0].display if stacks else ())
     # errors and miscompares: exact counts per job from the workers; rows are examples
     for c in data.counts:
         cls, step, msg = (c["key"].split("|", 2) + ["", ""])[:3]

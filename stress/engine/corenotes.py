@@ -75,7 +75,8 @@ class CoreNotes:
             return None
         for start, end, offset, path in self.maps:
             if start <= self.pc < end:
-                return FaultSite(path, self.pc - start + offset, self.si_addr)
+                return FaultSite(path.removesuffix(_DELETED), self.pc - start + offset,
+                                 self.si_addr)
         return None
 
 
@@ -111,6 +112,8 @@ _PR_REG: int = 112  # elf_prstatus's registers, on 64-bit Linux
 _REG_SLOTS: dict[int, dict[str, int]] = {62: {"pc": 16, "sp": 19}, 183: {"pc": 32, "sp": 31}}
 #   e_machine -> the program counter's and stack pointer's index in them: x86-64's
 #   user_regs_struct (rip, rsp), aarch64's user_pt_regs (pc, sp)
+_DELETED: str = " (deleted)"  # NT_FILE's name of a file unlinked since it was mapped (a
+#   library rebuilt under the soak): the same module
 _FAULT_SIGNALS: frozenset[int] = frozenset({4, 5, 7, 8, 11, 31})  # SIGILL, SIGTRAP, SIGBUS,
 #   SIGFPE, SIGSEGV, SIGSYS: raised at the instruction its program counter names
 

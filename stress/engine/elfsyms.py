@@ -15,8 +15,8 @@ from typing import BinaryIO
 
 _SHT_SYMTAB, _SHT_DYNSYM, _PT_LOAD, _STT_FUNC = 2, 11, 1, 2
 _NESTED: int = 8  # starts below an offset looked at for one whose range holds it
-_MAX_TABLE_BYTES: int = 256 << 20  # a symbol table past this is not read (a debug build's
-#   .symtab is tens of MiB)
+_MAX_TABLE_BYTES: int = 64 << 20  # a symbol table past this is not read (a debug build's
+#   .symtab is tens of MiB; read on the soak's own thread as a crash is recorded)
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def function_at(path: str, offset: int) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def _table(path: str, size: int, mtime_ns: int) -> _Table | None:
     """`path`'s loads and functions (`size` and `mtime_ns` key the cache: a rebuilt library
     is read again)."""

@@ -158,8 +158,8 @@ def test_copies_crashing_at_once_in_one_folder_read_only_their_own_cores(
 
 # --- two modes at one step, told apart by where they faulted ------------------------------------
 
-@pytest.mark.skipif(read_core_pattern()[0].startswith("|"),
-                    reason="cores go to a pipe handler here: no notes-only cores")
+@pytest.mark.skipif(read_core_pattern()[0].startswith(("|", "/")),
+                    reason="cores go to a pipe handler or one folder here: no notes-only cores")
 def test_counted_crashes_of_two_modes_at_one_step_join_the_mode_that_faulted_where_they_did(
         tmp_path: Path, two_faults: Path) -> None:
     """A native command that segfaults in one of two functions (by its job's parity), with

@@ -18,10 +18,11 @@ from stress.engine import elfsyms, postmortem
 from stress.engine.callstacks import StackSource
 
 pytestmark = pytest.mark.skipif(
-    postmortem.read_core_pattern()[0].startswith("|") or
+    not postmortem.read_core_pattern()[0].startswith("core") or  # (a file in the cwd)
     resource.getrlimit(resource.RLIMIT_CORE)[1] not in (resource.RLIM_INFINITY,) and
     resource.getrlimit(resource.RLIMIT_CORE)[1] < 64 << 10,
-    reason="cores go to a pipe handler here, or the hard core limit is too small")
+    reason="cores do not go to `core*` in the crashing process's folder here, or the hard "
+           "core limit is too small")
 
 
 NOTES = -1  # crash()'s limit for a notes-only core as the budget's processes get one
