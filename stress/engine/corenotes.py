@@ -112,6 +112,8 @@ _PR_REG: int = 112  # elf_prstatus's registers, on 64-bit Linux
 _REG_SLOTS: dict[int, dict[str, int]] = {62: {"pc": 16, "sp": 19}, 183: {"pc": 32, "sp": 31}}
 #   e_machine -> the program counter's and stack pointer's index in them: x86-64's
 #   user_regs_struct (rip, rsp), aarch64's user_pt_regs (pc, sp)
+_VDSO_BYTES: int = 64 << 10  # what a core with coredump_filter 0 still dumps: the vDSO and
+#   vvar pages (a few pages), far less than any process's own memory
 _DELETED: str = " (deleted)"  # NT_FILE's name of a file unlinked since it was mapped (a
 #   library rebuilt under the soak): the same module
 _FAULT_SIGNALS: frozenset[int] = frozenset({4, 5, 7, 8, 11, 31})  # SIGILL, SIGTRAP, SIGBUS,
@@ -157,12 +159,14 @@ def read_core_notes(path: Path) -> CoreNotes | None:
 
 
 def _holds_stack(sp: int | None, loads: list[tuple[int, int, int, int]], size: int) -> bool:
-    """Whether the file holds the memory at stack pointer `sp` (without one: every segment's
-    memory, the file's size past the last of them)."""
-    if sp is None:
-        return size >= max((off + fs for _, _, off, fs in loads), default=0)
-    return any(va <= sp < va + mem and fs > 0 and off + min(fs, sp - va + 1) <= size
-               for va, mem, off, fs in loads)
+    """Whether the file holds the memory at stack pointer `sp`. An `sp` in no segment (a
+    stack overflow past the guard gap) or none at all: whether it holds memory at all, every
+    segment written to its end and more than a notes-only core's vDSO pages."""
+    for va, mem, off, fs in loads:
+        if sp is not None and va <= sp < va + mem:
+            return fs > 0 and off + min(fs, sp - va + 1) <= size
+    return size >= max((off + fs for _, _, off, fs in loads), default=0) and \
+        sum(fs for _, _, _, fs in loads) > _VDSO_BYTES
 
 
 def _parse_notes(data: bytes, whole: bool = True, machine: int = 0) -> CoreNotes | None:

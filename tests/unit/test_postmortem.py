@@ -125,3 +125,21 @@ def test_a_crash_s_core_leaves_the_shared_folder_when_its_exit_is_seen_not_when_
     assert not (cwd / "core").exists()
     notes = postmortem.read_core_notes(dest / "core.4001")
     assert notes is not None and notes.pid == 4001
+
+
+def test_a_core_holds_a_stack_where_its_stack_pointer_s_memory_was_written() -> None:
+    """Whether gdb may read a core: the crashing thread's stack in the file (a notes-only
+    core's segments have no bytes; a core cut by its limit lacks the high ones); a stack
+    pointer in no segment (an overflow past the guard gap) asks whether it holds memory at
+    all, not just a notes-only core's vDSO pages."""
+    holds = corenotes._holds_stack
+    loads = [(0x1000, 0x1000, 0x2000, 0x1000), (0x7000, 0x20000, 0x3000, 0x20000)]  # (vaddr,
+    #   memsz, offset, filesz)
+    end = 0x3000 + 0x20000
+    assert holds(0x7100, loads, end)  # whole
+    assert not holds(0x7100, loads, 0x3000 + 0x80)  # cut before the stack's bytes
+    assert not holds(0x7100, [loads[0], (0x7000, 0x20000, 0x3000, 0)], end)  # filter 0
+    assert holds(0x50000, loads, end)  # past every segment: memory is there
+    vdso = [(0x1000, 0x2000, 0x2000, 0x2000), (0x7000, 0x20000, 0x4000, 0)]
+    assert not holds(0x50000, vdso, 0x4000) and not holds(None, vdso, 0x4000)
+    assert holds(None, loads, end) and not holds(None, loads, end - 1)
