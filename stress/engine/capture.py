@@ -259,7 +259,8 @@ def _record_failure(rec: Recorder, h: WorkerHandle, rc: int, said_bye: bool,
     if sig is not None:  # a signal death: its core and stacks cost a debugger's CPU-second
         key = evidence_key(cls, sig, attr.last_step, job.pattern if job else None) + \
             (f"|child {child.name}" if child else "")
-        if h.cores or child is not None:  # (a child's: its core, else a kernel or output line)
+        if h.cores:  # (a child's too: its core, else a kernel or output line; a command
+            #   without full cores gives its children none either: their notes only)
             full, n = spend(rec.evidence_seen, key, rec.cfg.evidence_budget)
         else:  # no core to read: counted, and the mode's count (0 if new) asks for cores
             rec.evidence_seen[key] += 0

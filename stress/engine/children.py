@@ -38,8 +38,9 @@ import glob
 import os
 import re
 import shlex
+import stat
 import time
-from collections.abc import Collection
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ TREE_DEPTH: int = 4  # the search under the command's folder: build/bin/tests/co
 TREE_ENTRIES: int = 20_000  # ...and its bound: 0.08 s here (200 folders x 100 files, a
 #   loaded 2-core VM), paid only by a failed job whose output or kernel log says a child died
 #   and whose core was not found elsewhere
+_RUN_STORE: str = "stress.db"  # what marks a run folder (skipped by the end-of-run sweep)
 _CLOCK_SLACK_S: float = 2.0  # a core's mtime may precede the job's start by this (coarse clocks)
 _KERNEL_SLACK_S: float = 0.2  # a kernel line this far before the job's start may be its own
 #   (printk's clock drifts from the wall clock by milliseconds); more would take the line of
@@ -96,37 +98,70 @@ class ChildCrash:
 
 
 def recent_cores(top: Path, globs: list[str], since_wall: float) -> list[Path]:
-    """Files under `top` (TREE_DEPTH levels, TREE_ENTRIES entries, hidden folders skipped)
-    named like a core (`globs`: core_name_globs) and written since `since_wall`."""
+    """Regular files under `top` (TREE_DEPTH levels, TREE_ENTRIES entries; hidden folders,
+    other filesystems, symbolic links and run folders skipped) named like a core (`globs`:
+    core_name_globs) and written since `since_wall`."""
     found: list[Path] = []
     seen = 0
     base_depth = len(top.parts)
     names = [g for g in globs if not g.startswith("/")]
+    try:
+        device = top.stat().st_dev
+    except OSError:
+        return found
     for root, dirs, files in os.walk(top):
         seen += len(dirs) + len(files)
         if seen > TREE_ENTRIES:
             break
-        dirs[:] = [d for d in dirs if not d.startswith(".")] \
-            if len(Path(root).parts) - base_depth < TREE_DEPTH else []
+        if _RUN_STORE in files and root != str(top):  # a run folder: its cores are its own
+            dirs[:] = []
+            continue
+        deep = len(Path(root).parts) - base_depth >= TREE_DEPTH
+        dirs[:] = [] if deep else [d for d in dirs if not d.startswith(".") and
+                                   _on(os.path.join(root, d), device)]
         for name in files:
             if any(fnmatch.fnmatchcase(name, g) for g in names):
                 path = Path(root) / name
                 try:
-                    if path.stat().st_mtime >= since_wall - _CLOCK_SLACK_S:
-                        found.append(path)
+                    st = path.lstat()
                 except OSError:
                     continue
+                if stat.S_ISREG(st.st_mode) and st.st_mtime >= since_wall - _CLOCK_SLACK_S:
+                    found.append(path)
     return found
 
 
-def sweep_leftovers(top: Path, sessions: Collection[int], since_wall: float,
+def _on(path: str, device: int) -> bool:
+    try:
+        return os.lstat(path).st_dev == device
+    except OSError:
+        return False
+
+
+def sweep_leftovers(top: Path, sessions: Mapping[int, tuple[float, float | None]],
                     pattern: tuple[str, bool]) -> list[Path]:
     """At the run's end: cores under `top` (`recent_cores`) of processes of the run's exec
-    jobs (their ELF notes name one of `sessions`: each command was started in a session of
-    its own), which no job's sweep found (a child that crashed in a folder never seen while
-    it ran, in a job that then passed). Deleted; returns them."""
-    return postmortem.delete_cores(recent_cores(top, core_name_globs(*pattern), since_wall),
-                                   lambda notes: notes.sid in sessions)
+    jobs, which no job's sweep found (a child that crashed in a folder never seen while it
+    ran, in a job that then passed). A core is the run's when its ELF notes name one of
+    `sessions` (each command was started in a session of its own: its pid -> (started,
+    ended or None), wall clock) and this user, and it was written while that session lived
+    (a pid used again later, by anyone, is another session). Deleted; returns them."""
+    uid = os.getuid()
+    now = time.time()
+
+    def ours(path: Path, notes: postmortem.CoreNotes) -> bool:
+        span = sessions.get(notes.sid) if notes.sid is not None else None
+        if span is None or notes.uid != uid:
+            return False
+        try:
+            written = path.lstat().st_mtime
+        except OSError:
+            return False
+        end = span[1] if span[1] is not None else now
+        return span[0] - _CLOCK_SLACK_S <= written <= end + _CLOCK_SLACK_S
+
+    since = min((start for start, _ in sessions.values()), default=now)
+    return postmortem.delete_cores(recent_cores(top, core_name_globs(*pattern), since), ours)
 
 
 def core_name_globs(pattern: str, uses_pid: bool) -> list[str]:
@@ -271,6 +306,9 @@ class GroupWatch:
             except OSError:
                 continue
             if self.foreign.get(path) == (st.st_mtime, st.st_size):
+                continue
+            if st.st_mtime < self.started_wall - _CLOCK_SLACK_S:  # before this job began: not
+                self.foreign[path] = (st.st_mtime, st.st_size)  # its group's (a reused pid)
                 continue
             notes = postmortem.read_core_notes(path)
             if notes is None or notes.sid != self.leader or notes.pid == self.leader:

@@ -14,6 +14,7 @@ hold all of it; a core cut at a size limit does too (the kernel writes notes bef
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import resource
 import struct
@@ -39,6 +40,7 @@ class CoreNotes:
     crashed_tid: int
     signal: int
     tids: list[int]
+    uid: int | None = None  # NT_PRPSINFO's: whose process it was
     sid: int | None = None
     pgrp: int | None = None
     name: str = ""
@@ -76,7 +78,7 @@ class CoreNotes:
         for start, end, offset, path in self.maps:
             if start <= self.pc < end:
                 return FaultSite(path.removesuffix(_DELETED), self.pc - start + offset,
-                                 self.si_addr)
+                                 self.si_addr, deleted=path.endswith(_DELETED))
         return None
 
 
@@ -89,6 +91,8 @@ class FaultSite:
     offset: int
     addr: int | None = None
     function: str | None = None
+    deleted: bool = False  # the file was unlinked since it was mapped (a library rebuilt
+    #   under the soak): the file at its path now is another, and names no function of it
 
     def key(self) -> str:
         """What two crashes share when they faulted in one place: the function and module
@@ -112,8 +116,6 @@ _PR_REG: int = 112  # elf_prstatus's registers, on 64-bit Linux
 _REG_SLOTS: dict[int, dict[str, int]] = {62: {"pc": 16, "sp": 19}, 183: {"pc": 32, "sp": 31}}
 #   e_machine -> the program counter's and stack pointer's index in them: x86-64's
 #   user_regs_struct (rip, rsp), aarch64's user_pt_regs (pc, sp)
-_VDSO_BYTES: int = 64 << 10  # what a core with coredump_filter 0 still dumps: the vDSO and
-#   vvar pages (a few pages), far less than any process's own memory
 _DELETED: str = " (deleted)"  # NT_FILE's name of a file unlinked since it was mapped (a
 #   library rebuilt under the soak): the same module
 _FAULT_SIGNALS: frozenset[int] = frozenset({4, 5, 7, 8, 11, 31})  # SIGILL, SIGTRAP, SIGBUS,
@@ -137,14 +139,14 @@ def read_core_notes(path: Path) -> CoreNotes | None:
             table = f.read(phentsize * phnum)
             size = os.fstat(f.fileno()).st_size
             note: tuple[int, int] | None = None
-            loads: list[tuple[int, int, int, int]] = []  # (vaddr, memsz, offset, filesz)
+            loads: list[Load] = []
             for i in range(phnum):
-                p_type, _, p_offset, p_vaddr, _, p_filesz, p_memsz = struct.unpack_from(
+                p_type, p_flags, p_offset, p_vaddr, _, p_filesz, p_memsz = struct.unpack_from(
                     "<IIQQQQQ", table, i * phentsize)
                 if p_type == _PT_NOTE and note is None:
                     note = p_offset, p_filesz
                 elif p_type == _PT_LOAD:
-                    loads.append((p_vaddr, p_memsz, p_offset, p_filesz))
+                    loads.append((p_vaddr, p_memsz, p_offset, p_filesz, p_flags))
             if note is None:
                 return None
             f.seek(note[0])
@@ -158,15 +160,28 @@ def read_core_notes(path: Path) -> CoreNotes | None:
         return None
 
 
-def _holds_stack(sp: int | None, loads: list[tuple[int, int, int, int]], size: int) -> bool:
-    """Whether the file holds the memory at stack pointer `sp`. An `sp` in no segment (a
-    stack overflow past the guard gap) or none at all: whether it holds memory at all, every
-    segment written to its end and more than a notes-only core's vDSO pages."""
-    for va, mem, off, fs in loads:
+Load = tuple[int, int, int, int, int]  # a PT_LOAD: vaddr, memsz, file offset, filesz, flags
+_PF_W, _PF_R = 2, 4
+
+
+def _holds_stack(sp: int | None, loads: list[Load], size: int) -> bool:
+    """Whether the file holds the crashing thread's stack: the whole segment at stack pointer
+    `sp` (its callers' frames lie above it, later in the file), or for an `sp` in a guard
+    page (a thread's stack overflow: no access, no bytes) the segment just above it. An `sp`
+    in no segment (an overflow past the main stack's guard gap) or none at all: whether the
+    file holds the process's writable memory at all (a notes-only core holds only the vDSO's
+    pages, none writable) and every segment to its end."""
+    def whole(load: Load) -> bool:
+        return load[3] > 0 and load[2] + load[3] <= size
+
+    for va, mem, off, fs, flags in loads:
         if sp is not None and va <= sp < va + mem:
-            return fs > 0 and off + min(fs, sp - va + 1) <= size
-    return size >= max((off + fs for _, _, off, fs in loads), default=0) and \
-        sum(fs for _, _, _, fs in loads) > _VDSO_BYTES
+            if flags & _PF_R:
+                return whole((va, mem, off, fs, flags))
+            above = [ld for ld in loads if ld[0] == va + mem]
+            return bool(above) and whole(above[0])
+    return any(ld[4] & _PF_W and ld[3] > 0 for ld in loads) and \
+        size >= max((ld[2] + ld[3] for ld in loads), default=0)
 
 
 def _parse_notes(data: bytes, whole: bool = True, machine: int = 0) -> CoreNotes | None:
@@ -193,6 +208,7 @@ def _parse_notes(data: bytes, whole: bool = True, machine: int = 0) -> CoreNotes
                 extra["si_addr"] = struct.unpack_from("<Q", data, desc + 16)[0]
         elif ntype == _NT_PRPSINFO and descsz >= 28:
             pid = struct.unpack_from("<i", data, desc + 24)[0]  # pr_pid
+            extra["uid"] = struct.unpack_from("<I", data, desc + 16)[0]  # pr_uid
             if descsz >= 136 and desc + 136 <= len(data):  # pr_pgrp, pr_sid, fname, psargs
                 extra["pgrp"], extra["sid"] = struct.unpack_from("<ii", data, desc + 32)
                 extra["name"] = _cstr(data[desc + 40:desc + 56])
@@ -235,6 +251,7 @@ NOTES_CORE_BYTES: int = 64 << 20  # the core size limit of a process the evidenc
 #   KiB of program headers and 29 KiB of notes for a Python + IREE local-task process here),
 #   enough for its fault site (`fault_site`); the limit only bounds a filter that did not hold
 _FILTER_NONE: str = "0x0"  # /proc/PID/coredump_filter: no memory mapping dumped
+_NOTES_MIN_BYTES: int = 1 << 20  # a hard core limit below this may cut a notes-only core's notes
 
 
 def notes_only(pid: int) -> bool:
@@ -244,29 +261,36 @@ def notes_only(pid: int) -> bool:
     try:
         Path(f"/proc/{pid}/coredump_filter").write_text(_FILTER_NONE)
         _, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
-        if hard != resource.RLIM_INFINITY and hard < NOTES_CORE_BYTES:
+        limit = NOTES_CORE_BYTES if hard == resource.RLIM_INFINITY else \
+            min(hard, NOTES_CORE_BYTES)
+        if limit < _NOTES_MIN_BYTES:
             raise ValueError("hard core limit below a notes-only core")
-        resource.prlimit(pid, resource.RLIMIT_CORE, (NOTES_CORE_BYTES, hard))
+        resource.prlimit(pid, resource.RLIMIT_CORE, (limit, hard))
         return True
     except (OSError, ValueError):
         set_filter(pid, default_filter())
         return False
 
 
+@functools.cache
 def default_filter() -> str:
-    """The coredump_filter processes are given (this process's own: they inherit it)."""
+    """The coredump_filter processes are given: this process's own at its first call (they
+    inherit it), or the kernel's default 0x33 where that is 0 (a soak run as another soak's
+    notes-only command) or unreadable."""
     try:  # (printed as 8 hex digits without 0x: written back as is, it would read as octal)
-        return f"0x{int(Path('/proc/self/coredump_filter').read_text(), 16):x}"
+        value = int(Path("/proc/self/coredump_filter").read_text(), 16)
     except (OSError, ValueError):
-        return "0x33"
+        value = 0
+    return f"0x{value or 0x33:x}"
 
 
-def set_filter(pid: int, value: str) -> None:
-    """Writes live process `pid`'s coredump_filter (nothing when it cannot)."""
+def set_filter(pid: int, value: str) -> bool:
+    """Writes live process `pid`'s coredump_filter; whether it could."""
     try:
         Path(f"/proc/{pid}/coredump_filter").write_text(value)
+        return True
     except OSError:
-        pass
+        return False
 
 
 def fault_site(notes: CoreNotes | None) -> dict[str, Any] | None:
@@ -276,6 +300,8 @@ def fault_site(notes: CoreNotes | None) -> dict[str, Any] | None:
     site = notes.fault_site() if notes is not None else None
     if site is None:
         return None
+    if site.deleted:
+        return site.as_dict()
     return dataclasses.replace(site, function=elfsyms.function_at(site.module, site.offset)
                                ).as_dict()
 

@@ -378,8 +378,8 @@ class ExecRunner:
             not uses_pid and not pattern.startswith("/")
         self.spare_fds: dict[int, tuple[Proc, int]] = {}  # exit_fd's pipe ends, no pidfd
         self.kernel_claimed: dict[int, None] = {}  # kernel fault lines a job blamed already
-        self.sessions: set[int] = set()  # every command's pid: its session's id
-        self.started_wall = time.time()
+        self.sessions: dict[int, tuple[float, float | None]] = {}  # every command's pid (its
+        #   session's id) -> (started, ended or None), wall clock: whose cores are the run's
 
     def _close_spares(self, every: bool = False) -> None:
         for pid, (p, fd) in list(self.spare_fds.items()):
@@ -415,6 +415,8 @@ class ExecRunner:
         return not self.dumped
 
     def note_exit(self, pid: int, rc: int) -> None:
+        if pid in self.sessions and self.sessions[pid][1] is None:
+            self.sessions[pid] = (self.sessions[pid][0], time.time())
         if rc < 0 and self.cores_collide and pid not in self.handled:
             self.dumped[pid] = time.monotonic()
             self.handled[pid] = None
@@ -433,7 +435,7 @@ class ExecRunner:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = spawn(argv, stdout=out, stderr=err, env=env, cwd=cwd,
                          parent_pid=self.parent_pid, popen=self.popen)
-        self.sessions.add(proc.pid)
+        self.sessions[proc.pid] = (time.time(), None)
         fd, spare = exit_fd(proc)
         if spare is not None:
             self.spare_fds[proc.pid] = (proc, spare)
@@ -458,8 +460,7 @@ class ExecRunner:
                 signal_group(h.pid, signal.SIGKILL)
         self._close_spares(every=True)
         if self.sessions:  # never a core of ours left in the user's folders
-            sweep_leftovers(self.command.cwd, self.sessions, self.started_wall,
-                            self.core_pattern)
+            sweep_leftovers(self.command.cwd, self.sessions, self.core_pattern)
 
 
 ONE_RUN_SCALE: float = 1 / 20  # jobs.invocations_for gives a pattern it does not know 20

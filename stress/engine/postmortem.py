@@ -134,14 +134,16 @@ def allow_core(pid: int) -> str:
     """Raises live process `pid`'s soft core limit to what prepare_child gives (up to its hard
     limit), and gives back its coredump_filter (`notes_only` cleared it), before a kill that
     should leave a core; "" or why it could not."""
-    set_filter(pid, default_filter())
+    restored = set_filter(pid, default_filter())
     try:
         soft, hard = resource.prlimit(pid, resource.RLIMIT_CORE)
         cap = _CORE_LIMIT_BYTES if hard == resource.RLIM_INFINITY else min(hard,
                                                                               _CORE_LIMIT_BYTES)
         if soft != resource.RLIM_INFINITY and soft < cap:
             resource.prlimit(pid, resource.RLIMIT_CORE, (cap, hard))
-        return "" if cap > 0 else "its hard core limit is 0: no core"
+        if cap <= 0:
+            return "its hard core limit is 0: no core"
+        return "" if restored else "its coredump_filter not restored: its core may hold no memory"
     except (OSError, ValueError) as exc:
         return f"core limit not raised: {exc}"
 
@@ -293,8 +295,8 @@ def discard_core(pid: int, cwd: Path, claim_dir: Path | None = None) -> Path | N
 def site_and_discard(pid: int, cwd: Path, claim_dir: Path | None = None
                      ) -> dict[str, Any] | None:
     """`discard_core`, the core's fault site read first (`fault_site`): what is known of a
-    crash the evidence budget only counts, from the notes of a core cut at
-    `NOTES_CORE_BYTES`. None when there was no core or it names no site."""
+    crash the evidence budget only counts, from the notes of its notes-only core
+    (`corenotes.notes_only`). None when there was no core or it names no site."""
     got = _take_core(pid, cwd, claim_dir)
     return fault_site(got[1]) if got is not None else None
 
@@ -331,14 +333,14 @@ def sweep_cores(run_dir: Path) -> list[Path]:
     return delete_cores(p for p in sorted((run_dir / CORES_FOLDER).glob("*/*")) if p.is_file())
 
 
-def delete_cores(paths: Iterable[Path], whose: Callable[[CoreNotes], bool] = lambda _: True
-                 ) -> list[Path]:
-    """Deletes each of `paths` that is a core (its notes read) for which `whose(notes)`;
-    returns them."""
+def delete_cores(paths: Iterable[Path],
+                 whose: Callable[[Path, CoreNotes], bool] = lambda _, __: True) -> list[Path]:
+    """Deletes each of `paths` that is a core (its notes read) for which `whose(path,
+    notes)`; returns them."""
     gone = []
     for path in paths:
         notes = read_core_notes(path)
-        if notes is not None and whose(notes):
+        if notes is not None and whose(path, notes):
             try:
                 path.unlink()
                 gone.append(path)

@@ -14,7 +14,8 @@ from stress.engine.workermanage import WorkerHandle
 
 
 def fake_core(path: Path, pid: int, tids: list[int], signum: int, *, sid: int = 0,
-              name: str = "", args: str = "", files: tuple[str, ...] = ()) -> Path:
+              name: str = "", args: str = "", files: tuple[str, ...] = (),
+              uid: int | None = None) -> Path:
     """A minimal ELF64 core: a header, one PT_NOTE, NT_PRSTATUS per thread (the crashing one
     first, as the kernel writes it), NT_PRPSINFO (pid, process group and session `sid`,
     comm `name`, `args`) and, with `files`, NT_FILE (each mapped once), laid out as on
@@ -32,6 +33,7 @@ def fake_core(path: Path, pid: int, tids: list[int], signum: int, *, sid: int = 
         notes += note(1, bytes(prstatus))
     prpsinfo = bytearray(136)
     struct.pack_into("<iiii", prpsinfo, 24, pid, sid, sid, sid)  # pid, ppid, pgrp, sid
+    struct.pack_into("<I", prpsinfo, 16, os.getuid() if uid is None else uid)  # pr_uid
     prpsinfo[40:40 + len(name[:15])] = name[:15].encode()
     prpsinfo[56:56 + len(args[:79])] = args[:79].encode()
     notes += note(3, bytes(prpsinfo))

@@ -128,18 +128,61 @@ def test_a_crash_s_core_leaves_the_shared_folder_when_its_exit_is_seen_not_when_
 
 
 def test_a_core_holds_a_stack_where_its_stack_pointer_s_memory_was_written() -> None:
-    """Whether gdb may read a core: the crashing thread's stack in the file (a notes-only
-    core's segments have no bytes; a core cut by its limit lacks the high ones); a stack
-    pointer in no segment (an overflow past the guard gap) asks whether it holds memory at
-    all, not just a notes-only core's vDSO pages."""
+    """Whether gdb may read a core: the crashing thread's whole stack segment in the file (a
+    notes-only core's segments have no bytes; a core cut by its limit lacks the high ones,
+    the callers' frames even where the byte at the stack pointer is there); a stack pointer
+    in a thread's guard page (its stack overflowed) asks for the stack above it; one in no
+    segment (past the main stack's guard gap) whether the process's writable memory is there
+    at all, not just a notes-only core's vDSO pages."""
     holds = corenotes._holds_stack
-    loads = [(0x1000, 0x1000, 0x2000, 0x1000), (0x7000, 0x20000, 0x3000, 0x20000)]  # (vaddr,
-    #   memsz, offset, filesz)
+    rw, rx, none = 6, 5, 0  # PF_R | PF_W, PF_R | PF_X, no access
+    text = (0x1000, 0x1000, 0x2000, 0x1000, rx)  # (vaddr, memsz, offset, filesz, flags)
+    guard = (0x6000, 0x1000, 0x3000, 0, none)
+    stack = (0x7000, 0x20000, 0x3000, 0x20000, rw)
     end = 0x3000 + 0x20000
+    loads = [text, guard, stack]
     assert holds(0x7100, loads, end)  # whole
     assert not holds(0x7100, loads, 0x3000 + 0x80)  # cut before the stack's bytes
-    assert not holds(0x7100, [loads[0], (0x7000, 0x20000, 0x3000, 0)], end)  # filter 0
-    assert holds(0x50000, loads, end)  # past every segment: memory is there
-    vdso = [(0x1000, 0x2000, 0x2000, 0x2000), (0x7000, 0x20000, 0x4000, 0)]
+    assert not holds(0x7100, loads, end - 0x1000)  # the byte at sp there, its callers not
+    assert not holds(0x7100, [text, guard, stack[:3] + (0, rw)], end)  # coredump_filter 0
+    assert holds(0x6100, loads, end)  # overflowed into its guard page: the stack above
+    assert not holds(0x6100, loads, end - 1)
+    assert holds(0x50000, loads, end)  # past every segment: the memory is there
+    vdso = [(0x1000, 0x2000, 0x2000, 0x2000, rx), stack[:3] + (0, rw)]
     assert not holds(0x50000, vdso, 0x4000) and not holds(None, vdso, 0x4000)
     assert holds(None, loads, end) and not holds(None, loads, end - 1)
+
+
+def test_the_run_s_leftover_cores_are_deleted_and_no_one_else_s(tmp_path: Path) -> None:
+    """At an exec run's end, cores under the command's folder whose notes name one of the
+    run's sessions, this user, and were written while that session lived are deleted; a
+    core of another session, another user, written before the session began or after it
+    ended (its pid used again), a link to a core, a FIFO named `core`, and a run folder's
+    own cores are left alone."""
+    import os
+    import time
+
+    from stress.engine import children
+
+    now = time.time()
+    sessions = {700: (now - 60, now - 30), 701: (now - 20, None)}
+    top = tmp_path / "build"
+    (top / "a" / "b").mkdir(parents=True)
+    mine = [fake_core(top / "a" / "core", 7001, [7001], 11, sid=700),
+            fake_core(top / "a" / "b" / "core.7002", 7002, [7002], 11, sid=701)]
+    os.utime(mine[0], (now - 40, now - 40))  # while 700 lived
+    others = [fake_core(top / "core", 7003, [7003], 11, sid=999),  # another session
+              fake_core(top / "a" / "b" / "core.7004", 7004, [7004], 11, sid=701, uid=4321)]
+    late = fake_core(top / "core.7005", 7005, [7005], 11, sid=700)  # pid 700 again, later
+    early = fake_core(top / "a" / "core.7006", 7006, [7006], 11, sid=701)
+    os.utime(early, (now - 50, now - 50))  # before 701 began
+    link = top / "core.7007"
+    link.symlink_to(mine[1])
+    os.mkfifo(top / "a" / "core.7008")
+    run = top / "results" / "run"
+    (run / "cores" / "children").mkdir(parents=True)
+    (run / "stress.db").write_text("")
+    kept_run = fake_core(run / "cores" / "children" / "core.7009", 7009, [7009], 11, sid=701)
+    gone = children.sweep_leftovers(top, sessions, ("core", False))
+    assert sorted(gone) == sorted(mine)
+    assert all(p.exists() for p in [*others, late, early, kept_run]) and link.is_symlink()
